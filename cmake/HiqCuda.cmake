@@ -1,0 +1,30 @@
+# Decides whether the CUDA backend is built and sets HIQ_HAVE_CUDA.
+# AUTO builds it when nvcc is on PATH or at /usr/local/cuda; ON makes a missing
+# toolkit an error; OFF never builds it (a plain g++ build).
+set(HIQ_HAVE_CUDA OFF)
+if(NOT HIQ_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    # sm_90 machine code for the H200 plus compute_90 PTX for newer GPUs.
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90-real 90-virtual)
+    endif()
+    enable_language(CUDA)
+    # CMake 3.25 does not know nvcc's C++20 flag (nvcc ≥ 12 has it): teach it.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(HIQ_HAVE_CUDA ON)
+  elseif(HIQ_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "HIQ_CUDA=ON but no CUDA compiler was found (looked on PATH and in /usr/local/cuda)")
+  endif()
+endif()
+message(STATUS "HiQCache CUDA backend: ${HIQ_HAVE_CUDA}")

@@ -1,0 +1,144 @@
+#include "codec/codec.h"
+
+#include <bit>
+#include <cstring>
+
+#include "codec/kernels.h"
+#include "core/check.h"
+
+namespace hiq {
+
+std::string_view codec_name(CodecKind codec) {
+  switch (codec) {
+    case CodecKind::kBf16: return "bf16";
+    case CodecKind::kInt8: return "int8";
+    case CodecKind::kFp8: return "fp8";
+    case CodecKind::kInt4: return "int4";
+    case CodecKind::kInt4H: return "int4h";
+  }
+  return "?";
+}
+
+Result<CodecKind> parse_codec(std::string_view name) {
+  for (CodecKind c : kAllCodecs)
+    if (codec_name(c) == name) return c;
+  return invalid_argument("unknown codec '" + std::string(name) + "' (expected bf16, int8, fp8, int4 or int4h)");
+}
+
+Result<RecordLayout> RecordLayout::make(CodecKind codec, RowShape shape, size_t record_align) {
+  if (shape.num_heads <= 0 || shape.head_dim <= 0)
+    return invalid_argument("record layout: row shape " + std::to_string(shape.num_heads) + "×" +
+                            std::to_string(shape.head_dim) + " is empty");
+  if (shape.head_dim > kMaxHeadDim)
+    return out_of_range("record layout: head_dim " + std::to_string(shape.head_dim) + " exceeds " +
+                        std::to_string(kMaxHeadDim));
+  if (record_align == 0 || record_align > kMaxRecordAlign || !std::has_single_bit(record_align))
+    return invalid_argument("--record-align must be a power of two from 1 to " + std::to_string(kMaxRecordAlign) +
+                            " (got " + std::to_string(record_align) + ")");
+  if (codec == CodecKind::kInt4H && !std::has_single_bit(static_cast<unsigned>(shape.head_dim)))
+    return invalid_argument("codec int4h needs a power-of-two head_dim for its Walsh–Hadamard rotation (got " +
+                            std::to_string(shape.head_dim) + "); use int4 instead");
+
+  RecordLayout l;
+  l.codec = codec;
+  l.shape = shape;
+  l.record_align = record_align;
+  const size_t elements = shape.elements();
+  switch (codec) {
+    case CodecKind::kBf16:
+      l.groups_per_head = 0;
+      l.payload_bytes = 2 * elements;
+      break;
+    case CodecKind::kInt8:
+    case CodecKind::kFp8:
+      l.groups_per_head = 1;
+      l.payload_bytes = elements;
+      break;
+    case CodecKind::kInt4:
+    case CodecKind::kInt4H:
+      l.groups_per_head = (shape.head_dim + kInt4GroupSize - 1) / kInt4GroupSize;
+      l.payload_bytes = (elements + 1) / 2;
+      break;
+  }
+  l.num_scales = static_cast<size_t>(shape.num_heads) * static_cast<size_t>(l.groups_per_head);
+  l.scale_offset = (l.payload_bytes + 1) & ~size_t{1};
+  l.record_bytes = (l.used_bytes() + record_align - 1) / record_align * record_align;
+  return l;
+}
+
+std::string_view codec_impl_name(CodecImpl impl) {
+  switch (impl) {
+    case CodecImpl::kAuto: return "auto";
+    case CodecImpl::kScalar: return "scalar";
+    case CodecImpl::kAvx2: return "avx2";
+  }
+  return "?";
+}
+
+bool codec_impl_supported(CodecImpl impl) {
+  switch (impl) {
+    case CodecImpl::kAuto:
+    case CodecImpl::kScalar:
+      return true;
+    case CodecImpl::kAvx2:
+#if defined(__x86_64__)
+      return codec_detail::avx2_kernels() != nullptr && __builtin_cpu_supports("avx2") &&
+             __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+CodecImpl best_codec_impl() {
+  static const CodecImpl best = codec_impl_supported(CodecImpl::kAvx2) ? CodecImpl::kAvx2 : CodecImpl::kScalar;
+  return best;
+}
+
+namespace {
+
+// The one dispatch point: implementation × codec → row kernel table.
+const codec_detail::KernelTable& kernels_for(const RecordLayout& layout, CodecImpl impl) {
+  if (impl == CodecImpl::kAuto) impl = best_codec_impl();
+  HIQ_CHECK_MSG(codec_impl_supported(impl), "codec implementation not supported on this CPU");
+  // Vector paths work on 8 elements at a time within a head.
+  if (impl == CodecImpl::kAvx2 && layout.shape.head_dim % 8 == 0) return *codec_detail::avx2_kernels();
+  return codec_detail::scalar_kernels();
+}
+
+}  // namespace
+
+void encode_rows(const RecordLayout& layout, const uint16_t* src, size_t src_row_stride, size_t num_rows,
+                 std::byte* dst, CodecStats* stats, CodecImpl impl) {
+  HIQ_CHECK(src_row_stride >= layout.shape.elements() || num_rows <= 1);
+  const auto encode = kernels_for(layout, impl).encode[codec_detail::codec_index(layout.codec)];
+  CodecStats local;
+  for (size_t r = 0; r < num_rows; ++r)
+    encode(layout, src + r * src_row_stride, dst + r * layout.record_bytes, local);
+  local.rows += num_rows;
+  if (stats) *stats += local;
+}
+
+void decode_rows(const RecordLayout& layout, const std::byte* src, size_t num_rows, uint16_t* dst,
+                 size_t dst_row_stride, CodecImpl impl) {
+  HIQ_CHECK(dst_row_stride >= layout.shape.elements() || num_rows <= 1);
+  const auto decode = kernels_for(layout, impl).decode[codec_detail::codec_index(layout.codec)];
+  for (size_t r = 0; r < num_rows; ++r) decode(layout, src + r * layout.record_bytes, dst + r * dst_row_stride);
+}
+
+namespace codec_detail {
+#ifndef HIQ_HAVE_AVX2
+const KernelTable* avx2_kernels() { return nullptr; }
+#endif
+
+void zero_tail(const RecordLayout& layout, std::byte* record) {
+  const size_t used = layout.used_bytes();
+  // A gap byte between an odd-sized int4 payload and the scales is zeroed too.
+  if (layout.num_scales && layout.scale_offset > layout.payload_bytes)
+    record[layout.payload_bytes] = std::byte{0};
+  std::memset(record + used, 0, layout.record_bytes - used);
+}
+}  // namespace codec_detail
+
+}  // namespace hiq

@@ -1,0 +1,107 @@
+// codec/codec.h — record formats of the L2 (host) tier and their CPU codecs.
+//
+// The unit of encoding is one *row*: the KV of one token in one layer, K or V,
+// `num_heads × head_dim` BF16 elements. A row encodes to one *record*:
+//
+//   [ payload | scales (bf16, little-endian) | zero padding to record_align ]
+//
+// docs/formats.md gives every format byte by byte. The formats are the contract
+// between the CPU codecs here and the GPU kernels: an encoder produces the same
+// bytes on every implementation (scalar reference, AVX2, CUDA) and a decoder the
+// same BF16 values.
+//
+// Non-finite input. A head (for int4/int4h: every group of the head) that holds
+// a NaN or ±Inf is encoded with NaN scales and zero codes, so the whole head
+// decodes to NaN: it can never come back as finite numbers. `bf16` keeps such
+// values exactly. Either way the encoder counts the head in
+// `CodecStats::nonfinite_heads`. int4h also marks heads whose magnitude is too
+// large to rotate safely (max |x| ≥ 2^64, never seen in real KV) the same way
+// and counts them in `out_of_range_heads`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "kv/geometry.h"
+
+namespace hiq {
+
+enum class CodecKind : uint8_t {
+  kBf16 = 0,   // identity: the L1 row as it is
+  kInt8 = 1,   // symmetric int8, one bf16 scale per head
+  kFp8 = 2,    // FP8 E4M3 (saturating), one bf16 scale per head
+  kInt4 = 3,   // symmetric int4 per group of 32 along head_dim, two per byte
+  kInt4H = 4,  // int4 of the head vector after an orthonormal Walsh–Hadamard rotation
+};
+inline constexpr CodecKind kAllCodecs[] = {CodecKind::kBf16, CodecKind::kInt8, CodecKind::kFp8,
+                                           CodecKind::kInt4, CodecKind::kInt4H};
+
+std::string_view codec_name(CodecKind codec);
+// Accepts the names of codec_name ("bf16", "int8", "fp8", "int4", "int4h").
+Result<CodecKind> parse_codec(std::string_view name);
+
+// Bumped whenever any record layout changes; stored by tiers that persist records.
+inline constexpr uint32_t kRecordFormatVersion = 1;
+inline constexpr size_t kDefaultRecordAlign = 16;
+inline constexpr size_t kMaxRecordAlign = 4096;
+inline constexpr int kInt4GroupSize = 32;
+inline constexpr int kMaxHeadDim = 1024;
+
+// Where each part of a record lies (docs/formats.md).
+struct RecordLayout {
+  CodecKind codec = CodecKind::kBf16;
+  RowShape shape;
+  size_t record_align = kDefaultRecordAlign;
+  int groups_per_head = 0;     // scales per head: 0 (bf16), 1 (int8, fp8), ceil(head_dim/32) (int4, int4h)
+  size_t payload_bytes = 0;    // codes, at offset 0
+  size_t scale_offset = 0;     // first bf16 scale: payload_bytes rounded up to 2
+  size_t num_scales = 0;       // num_heads × groups_per_head
+  size_t record_bytes = 0;     // whole record: a multiple of record_align
+
+  size_t scale_bytes() const { return num_scales * 2; }
+  size_t used_bytes() const { return num_scales ? scale_offset + scale_bytes() : payload_bytes; }
+  size_t padding_bytes() const { return record_bytes - used_bytes(); }
+
+  // Errors: a row shape that is empty or has head_dim > kMaxHeadDim, a
+  // record_align that is not a power of two in [1, 4096], int4h with a head_dim
+  // that is not a power of two.
+  static Result<RecordLayout> make(CodecKind codec, RowShape shape, size_t record_align = kDefaultRecordAlign);
+};
+
+// Counters an encoder adds to; they feed the cache's metrics.
+struct CodecStats {
+  uint64_t rows = 0;                // rows encoded
+  uint64_t nonfinite_heads = 0;     // heads holding NaN/±Inf (decode to NaN; bf16 keeps them)
+  uint64_t out_of_range_heads = 0;  // int4h heads with max |x| ≥ 2^64 (decode to NaN)
+  CodecStats& operator+=(const CodecStats& o) {
+    rows += o.rows;
+    nonfinite_heads += o.nonfinite_heads;
+    out_of_range_heads += o.out_of_range_heads;
+    return *this;
+  }
+};
+
+// Which implementation runs. kAuto picks the fastest the CPU supports; a
+// vectorised one handles head_dim % 8 == 0 and falls back to the scalar
+// reference otherwise. All give identical bytes.
+enum class CodecImpl : uint8_t { kAuto, kScalar, kAvx2 };
+std::string_view codec_impl_name(CodecImpl impl);
+bool codec_impl_supported(CodecImpl impl);  // by this CPU and build
+CodecImpl best_codec_impl();                // what kAuto resolves to
+
+// Encodes `num_rows` BF16 rows into consecutive records. Row r starts at
+// `src + r * src_row_stride` (elements; ≥ shape.elements()); record r is written
+// to `dst + r * layout.record_bytes`, padding zeroed. `stats` may be null.
+void encode_rows(const RecordLayout& layout, const uint16_t* src, size_t src_row_stride, size_t num_rows,
+                 std::byte* dst, CodecStats* stats = nullptr, CodecImpl impl = CodecImpl::kAuto);
+
+// Decodes `num_rows` consecutive records into BF16 rows (row r at
+// `dst + r * dst_row_stride`).
+void decode_rows(const RecordLayout& layout, const std::byte* src, size_t num_rows, uint16_t* dst,
+                 size_t dst_row_stride, CodecImpl impl = CodecImpl::kAuto);
+
+}  // namespace hiq

@@ -1,0 +1,42 @@
+// codec/kernels.h (internal) — the per-row kernels behind encode_rows/decode_rows.
+// Each implementation fills one KernelTable; codec.cc picks the table (the one
+// dispatch point) and codec_index(kind) picks the entry.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "codec/codec.h"
+
+namespace hiq::codec_detail {
+
+// Writes the whole record (payload, scales, zeroed padding) for one row.
+using EncodeRowFn = void (*)(const RecordLayout& layout, const uint16_t* row, std::byte* record,
+                             CodecStats& stats);
+using DecodeRowFn = void (*)(const RecordLayout& layout, const std::byte* record, uint16_t* row);
+
+struct KernelTable {
+  EncodeRowFn encode[std::size(kAllCodecs)];
+  DecodeRowFn decode[std::size(kAllCodecs)];
+};
+
+inline size_t codec_index(CodecKind kind) { return static_cast<size_t>(kind); }
+
+const KernelTable& scalar_kernels();
+// Null when the build has no AVX2 path; callers also check the CPU.
+const KernelTable* avx2_kernels();
+
+// Record field accessors shared by implementations.
+inline uint16_t load_scale(const std::byte* record, const RecordLayout& layout, size_t i) {
+  const auto* p = reinterpret_cast<const unsigned char*>(record + layout.scale_offset + 2 * i);
+  return static_cast<uint16_t>(p[0] | (p[1] << 8));
+}
+inline void store_scale(std::byte* record, const RecordLayout& layout, size_t i, uint16_t scale) {
+  auto* p = reinterpret_cast<unsigned char*>(record + layout.scale_offset + 2 * i);
+  p[0] = static_cast<unsigned char>(scale & 0xFF);
+  p[1] = static_cast<unsigned char>(scale >> 8);
+}
+// Zeroes everything after the last scale (or payload) byte.
+void zero_tail(const RecordLayout& layout, std::byte* record);
+
+}  // namespace hiq::codec_detail

@@ -1,0 +1,57 @@
+// codec/numeric.h — scalar number formats shared by every codec implementation:
+// BF16 and FP8 E4M3 conversions with round-to-nearest-even, written with integer
+// operations so their results are defined bit for bit (and match the GPU's
+// __float2bfloat16_rn and __nv_cvt_float_to_fp8(…, __NV_SATFINITE, __NV_E4M3)).
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace hiq::numeric {
+
+inline constexpr uint16_t kBf16QuietNan = 0x7FC0;
+inline constexpr float kMinAmax = 0x1p-112f;       // floor of a scale's amax: keeps scales normal
+inline constexpr float kInt4HMaxAbs = 0x1p64f;     // int4h rotates heads below this magnitude only
+
+inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+inline bool bf16_is_finite(uint16_t h) { return (h & 0x7F80u) != 0x7F80u; }
+
+// Round to nearest, ties to even; NaN stays NaN (made quiet); overflow gives ±Inf.
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// FP8 E4M3 ("fn" variant: no infinities, 0x7F/0xFF are NaN, max finite 448).
+// Round to nearest even; magnitudes ≥ 448 and ±Inf saturate to ±448; NaN → 0x7F.
+inline uint8_t float_to_e4m3(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return static_cast<uint8_t>(sign | 0x7Fu);
+  if (a >= 0x43E00000u) return static_cast<uint8_t>(sign | 0x7Eu);  // ≥ 448
+  if (a < 0x3C800000u) {  // below 2^-6: subnormal E4M3, a multiple of 2^-9
+    const float q = std::nearbyint(std::bit_cast<float>(a) * 512.0f);  // 0..8; 8 is 2^-6 (0x08)
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(q));
+  }
+  const uint32_t rounded = a + 0x7FFFFu + ((a >> 20) & 1u);  // keep 3 mantissa bits
+  return static_cast<uint8_t>(sign | ((rounded >> 20) - (120u << 3)));  // rebias 127 → 7
+}
+
+inline float e4m3_to_float(uint8_t b) {
+  const int exponent = (b >> 3) & 0xF, mantissa = b & 7;
+  if (exponent == 0xF && mantissa == 7) return std::nanf("");
+  const float magnitude = exponent == 0 ? std::ldexp(static_cast<float>(mantissa), -9)
+                                        : std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+  return (b & 0x80) ? -magnitude : magnitude;
+}
+
+// The int4h normalisation 1/sqrt(n), computed in double and rounded once to float
+// (exact for n a power of 4).
+inline float hadamard_norm(int n) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n))); }
+
+}  // namespace hiq::numeric

@@ -1,0 +1,221 @@
+#include "kv/model_config.h"
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace hiq {
+namespace {
+
+using nlohmann::json;
+
+// Embedded copies of the attention-relevant part of well-known configs. They go
+// through the same parser as files on disk, so presets test the parser too.
+struct Preset {
+  std::string_view name;
+  std::string_view config_json;
+};
+
+constexpr std::array<Preset, 9> kPresets{{
+    {"qwen3-8b", R"({"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"})"},
+    {"qwen3-32b", R"({"model_type": "qwen3", "num_hidden_layers": 64, "hidden_size": 5120,
+      "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"})"},
+    {"qwen3-0.6b", R"({"model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 1024,
+      "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"})"},
+    {"qwen2.5-7b", R"({"model_type": "qwen2", "num_hidden_layers": 28, "hidden_size": 3584,
+      "num_attention_heads": 28, "num_key_value_heads": 4, "torch_dtype": "bfloat16"})"},
+    {"llama-3.1-8b", R"({"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16"})"},
+    {"llama-3.1-70b", R"({"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192,
+      "num_attention_heads": 64, "num_key_value_heads": 8, "torch_dtype": "bfloat16"})"},
+    {"mistral-7b", R"({"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"})"},
+    {"deepseek-v2-lite", R"({"model_type": "deepseek_v2", "num_hidden_layers": 27, "hidden_size": 2048,
+      "num_attention_heads": 16, "num_key_value_heads": 16, "kv_lora_rank": 512,
+      "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "torch_dtype": "bfloat16"})"},
+    {"deepseek-v3", R"({"model_type": "deepseek_v3", "num_hidden_layers": 61, "hidden_size": 7168,
+      "num_attention_heads": 128, "num_key_value_heads": 128, "kv_lora_rank": 512,
+      "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "torch_dtype": "bfloat16"})"},
+}};
+
+// Reads fields of one config object; every error names the source and field.
+class ConfigReader {
+ public:
+  ConfigReader(const json& config, std::string_view source) : config_(config), source_(source) {}
+
+  Status error(std::string_view field, std::string_view problem) const {
+    return invalid_argument(source_ + ": field '" + std::string(field) + "' " + std::string(problem));
+  }
+
+  bool has(std::string_view field) const {
+    auto it = config_.find(field);
+    return it != config_.end() && !it->is_null();
+  }
+
+  Result<int> positive_int(std::string_view field) const {
+    auto it = config_.find(field);
+    if (it == config_.end() || it->is_null()) return error(field, "is missing");
+    if (!it->is_number_integer() && !it->is_number_unsigned())
+      return error(field, "must be an integer (got " + it->dump() + ")");
+    const auto v = it->get<int64_t>();
+    if (v <= 0 || v > (1 << 24)) return error(field, "must be a positive integer below 2^24 (got " + it->dump() + ")");
+    return static_cast<int>(v);
+  }
+
+  Result<int> optional_positive_int(std::string_view field, int fallback) const {
+    if (!has(field)) return fallback;
+    return positive_int(field);
+  }
+
+  Result<std::string> string(std::string_view field) const {
+    auto it = config_.find(field);
+    if (it == config_.end() || it->is_null()) return error(field, "is missing");
+    if (!it->is_string()) return error(field, "must be a string (got " + it->dump() + ")");
+    return it->get<std::string>();
+  }
+
+ private:
+  const json& config_;
+  std::string source_;
+};
+
+bool is_mla_model(std::string_view model_type) {
+  return model_type == "deepseek_v2" || model_type == "deepseek_v3";
+}
+bool is_mha_model(std::string_view model_type) {
+  return model_type == "qwen3" || model_type == "qwen2" || model_type == "llama" || model_type == "mistral";
+}
+
+Result<L1Dtype> l1_dtype_from_config(const ConfigReader& reader) {
+  // Newer transformers write "dtype", older ones "torch_dtype".
+  for (std::string_view field : {"dtype", "torch_dtype"}) {
+    if (!reader.has(field)) continue;
+    HIQ_ASSIGN_OR_RETURN(std::string dtype, reader.string(field));
+    if (dtype == "float16") return L1Dtype::kFp16;
+    if (dtype == "bfloat16" || dtype == "float32") return L1Dtype::kBf16;
+    return reader.error(field, "names an unsupported dtype '" + dtype + "' (expected bfloat16, float16 or float32)");
+  }
+  return L1Dtype::kBf16;
+}
+
+}  // namespace
+
+Result<KvGeometry> geometry_from_config_json(std::string_view json_text, std::string_view source,
+                                             const GeometryOptions& options) {
+  json config = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded())
+    return invalid_argument(std::string(source) + ": not valid JSON");
+  if (!config.is_object()) return invalid_argument(std::string(source) + ": expected a JSON object");
+  const ConfigReader reader(config, source);
+
+  if (options.tp_size <= 0)
+    return invalid_argument("--tp must be a positive integer (got " + std::to_string(options.tp_size) + ")");
+  if (options.page_size <= 0)
+    return invalid_argument("--page-size must be a positive integer (got " + std::to_string(options.page_size) + ")");
+
+  HIQ_ASSIGN_OR_RETURN(std::string model_type, reader.string("model_type"));
+  KvGeometry g;
+  g.name = std::string(source);
+  g.page_size = options.page_size;
+  g.tp_size = options.tp_size;
+  HIQ_ASSIGN_OR_RETURN(g.num_layers, reader.positive_int("num_hidden_layers"));
+  if (options.l1_dtype) {
+    g.l1_dtype = *options.l1_dtype;
+  } else {
+    HIQ_ASSIGN_OR_RETURN(g.l1_dtype, l1_dtype_from_config(reader));
+  }
+
+  if (is_mla_model(model_type)) {
+    // One latent vector (compressed KV plus the decoupled RoPE key) per token and
+    // layer, replicated on every TP rank.
+    HIQ_ASSIGN_OR_RETURN(int kv_lora_rank, reader.positive_int("kv_lora_rank"));
+    HIQ_ASSIGN_OR_RETURN(int rope_dim, reader.positive_int("qk_rope_head_dim"));
+    g.attention = AttentionKind::kMla;
+    g.num_kv_heads = 1;
+    g.total_kv_heads = 1;
+    g.k_head_dim = kv_lora_rank + rope_dim;
+    g.v_head_dim = 0;
+  } else if (is_mha_model(model_type)) {
+    HIQ_ASSIGN_OR_RETURN(int num_heads, reader.positive_int("num_attention_heads"));
+    HIQ_ASSIGN_OR_RETURN(int num_kv_heads, reader.optional_positive_int("num_key_value_heads", num_heads));
+    if (num_heads % num_kv_heads != 0)
+      return reader.error("num_key_value_heads", "(" + std::to_string(num_kv_heads) +
+                                                     ") must divide num_attention_heads (" +
+                                                     std::to_string(num_heads) + ")");
+    int head_dim = 0;
+    if (reader.has("head_dim")) {
+      HIQ_ASSIGN_OR_RETURN(head_dim, reader.positive_int("head_dim"));
+    } else {
+      HIQ_ASSIGN_OR_RETURN(int hidden, reader.positive_int("hidden_size"));
+      if (hidden % num_heads != 0)
+        return reader.error("hidden_size", "(" + std::to_string(hidden) +
+                                               ") is not a multiple of num_attention_heads (" +
+                                               std::to_string(num_heads) + ") and 'head_dim' is absent");
+      head_dim = hidden / num_heads;
+    }
+    g.attention = AttentionKind::kMha;
+    g.total_kv_heads = num_kv_heads;
+    g.k_head_dim = head_dim;
+    g.v_head_dim = head_dim;
+    // Split KV heads over TP ranks; with more ranks than heads each rank holds a
+    // replica of one head (as SGLang and vLLM do).
+    const int tp = options.tp_size;
+    if (num_kv_heads % tp == 0) {
+      g.num_kv_heads = num_kv_heads / tp;
+    } else if (tp % num_kv_heads == 0) {
+      g.num_kv_heads = 1;
+    } else {
+      return invalid_argument(std::string(source) + ": --tp " + std::to_string(tp) +
+                              " neither divides nor is a multiple of num_key_value_heads (" +
+                              std::to_string(num_kv_heads) + ")");
+    }
+  } else {
+    return reader.error("model_type", "'" + model_type +
+                                          "' is not supported (expected qwen3, qwen2, llama, mistral, "
+                                          "deepseek_v2 or deepseek_v3)");
+  }
+
+  HIQ_RETURN_IF_ERROR(g.validate().with_context(source));
+  return g;
+}
+
+Result<KvGeometry> geometry_from_config_file(const std::string& path, const GeometryOptions& options) {
+  std::filesystem::path file(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) file /= "config.json";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return not_found(file.string() + ": cannot open (no such model preset or config file)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return data_loss(file.string() + ": read failed");
+  return geometry_from_config_json(text.str(), file.string(), options);
+}
+
+std::vector<std::string_view> model_preset_names() {
+  std::vector<std::string_view> names;
+  for (const Preset& p : kPresets) names.push_back(p.name);
+  return names;
+}
+
+std::optional<std::string_view> model_preset_config(std::string_view name) {
+  for (const Preset& p : kPresets)
+    if (p.name == name) return p.config_json;
+  return std::nullopt;
+}
+
+Result<KvGeometry> resolve_model_geometry(const std::string& model, const GeometryOptions& options) {
+  if (auto preset = model_preset_config(model)) return geometry_from_config_json(*preset, model, options);
+  if (model.find('/') == std::string::npos && model.find(".json") == std::string::npos &&
+      !std::filesystem::exists(model)) {
+    std::string names;
+    for (std::string_view n : model_preset_names()) names += (names.empty() ? "" : ", ") + std::string(n);
+    return not_found("unknown model '" + model + "': not a preset (" + names + ") nor a config.json path");
+  }
+  return geometry_from_config_file(model, options);
+}
+
+}  // namespace hiq

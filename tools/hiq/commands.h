@@ -1,0 +1,25 @@
+// tools/hiq/commands.h — the subcommands of `hiq`. Each adds itself (with its
+// flags) to the CLI11 app and returns the function that runs it once parsed.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/status.h"
+
+namespace hiq::cli {
+
+struct Subcommand {
+  CLI::App* app = nullptr;
+  std::function<int()> run;  // returns the process exit code
+};
+
+Subcommand add_layout_command(CLI::App& parent);
+Subcommand add_devices_command(CLI::App& parent);
+
+// Prints "hiq <command>: error: <message>" to stderr and returns exit code 1.
+int report_error(const std::string& command, const Status& status);
+
+}  // namespace hiq::cli

@@ -1,0 +1,179 @@
+// `hiq layout`: what one token of a model's KV costs in each L2 record format,
+// and how many tokens a host budget holds.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "codec/codec.h"
+#include "core/units.h"
+#include "kv/model_config.h"
+#include "tools/hiq/commands.h"
+#include "tools/hiq/table.h"
+
+namespace hiq::cli {
+namespace {
+
+struct LayoutFlags {
+  std::string model = "qwen3-8b";
+  int tp = 1;
+  int page_size = 1;
+  std::string hicache_size = "8GB";
+  std::string codecs = "all";
+  size_t record_align = kDefaultRecordAlign;
+  bool json = false;
+};
+
+struct LayoutRow {
+  CodecKind codec;
+  RecordLayout k;
+  std::optional<RecordLayout> v;  // absent for MLA
+  size_t bytes_per_token = 0;
+  uint64_t capacity_tokens = 0;
+  double ratio_vs_bf16 = 0;      // L1 (BF16/FP16) bytes per token ÷ this codec's
+  double memory_reduction = 0;   // 1 − this codec's bytes ÷ L1 bytes
+};
+
+Result<std::vector<CodecKind>> parse_codec_list(const std::string& text) {
+  if (text == "all") return std::vector<CodecKind>(std::begin(kAllCodecs), std::end(kAllCodecs));
+  std::vector<CodecKind> out;
+  std::stringstream ss(text);
+  for (std::string name; std::getline(ss, name, ',');) {
+    HIQ_ASSIGN_OR_RETURN(CodecKind c, parse_codec(name));
+    out.push_back(c);
+  }
+  if (out.empty()) return invalid_argument("--hicache-codec is empty (expected a codec, a list or 'all')");
+  return out;
+}
+
+Result<LayoutRow> layout_row(const KvGeometry& g, CodecKind codec, size_t align, uint64_t budget) {
+  LayoutRow row{codec, {}, std::nullopt};
+  HIQ_ASSIGN_OR_RETURN(row.k, RecordLayout::make(codec, g.row_shape(KvPart::kK), align));
+  size_t per_layer = row.k.record_bytes;
+  if (g.attention == AttentionKind::kMha) {
+    HIQ_ASSIGN_OR_RETURN(RecordLayout v, RecordLayout::make(codec, g.row_shape(KvPart::kV), align));
+    per_layer += v.record_bytes;
+    row.v = v;
+  }
+  row.bytes_per_token = per_layer * static_cast<size_t>(g.num_layers);
+  const uint64_t page_bytes = row.bytes_per_token * static_cast<uint64_t>(g.page_size);
+  row.capacity_tokens = budget / page_bytes * static_cast<uint64_t>(g.page_size);
+  const double l1 = static_cast<double>(g.l1_bytes_per_token());
+  row.ratio_vs_bf16 = l1 / static_cast<double>(row.bytes_per_token);
+  row.memory_reduction = 1.0 - static_cast<double>(row.bytes_per_token) / l1;
+  return row;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// "−43.75 %", "+12.50 %", "0.00 %".
+std::string signed_percent(double fraction) {
+  const std::string digits = fixed(std::fabs(fraction) * 100, 2);
+  if (digits == "0.00") return digits + " %";
+  return (fraction < 0 ? "−" : "+") + digits + " %";
+}
+
+int run_layout(const LayoutFlags& f) {
+  GeometryOptions options;
+  options.tp_size = f.tp;
+  options.page_size = f.page_size;
+  auto geometry = resolve_model_geometry(f.model, options);
+  if (!geometry) return report_error("layout", geometry.status());
+  auto budget = parse_byte_size(f.hicache_size, kGB);
+  if (!budget) return report_error("layout", budget.status().with_context("--hicache-size"));
+  auto codecs = parse_codec_list(f.codecs);
+  if (!codecs) return report_error("layout", codecs.status());
+
+  const KvGeometry& g = *geometry;
+  std::vector<LayoutRow> rows;
+  for (CodecKind c : *codecs) {
+    auto row = layout_row(g, c, f.record_align, *budget);
+    if (!row) return report_error("layout", row.status());
+    rows.push_back(*row);
+  }
+
+  if (f.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const LayoutRow& r : rows) {
+      out.push_back({
+          {"model", g.name},
+          {"attention", attention_kind_name(g.attention)},
+          {"num_layers", g.num_layers},
+          {"num_kv_heads", g.num_kv_heads},
+          {"k_head_dim", g.k_head_dim},
+          {"v_head_dim", g.v_head_dim},
+          {"tp", g.tp_size},
+          {"page_size", g.page_size},
+          {"codec", codec_name(r.codec)},
+          {"record_align", f.record_align},
+          {"bytes_per_row", r.k.record_bytes},
+          {"bytes_per_row_v", r.v ? nlohmann::json(r.v->record_bytes) : nlohmann::json(nullptr)},
+          {"payload_bytes", r.k.payload_bytes},
+          {"scale_bytes", r.k.scale_bytes()},
+          {"padding_bytes", r.k.padding_bytes()},
+          {"bytes_per_token", r.bytes_per_token},
+          {"l1_bytes_per_token", g.l1_bytes_per_token()},
+          {"hicache_size_bytes", *budget},
+          {"capacity_tokens", r.capacity_tokens},
+          {"ratio_vs_bf16", r.ratio_vs_bf16},
+          {"memory_reduction", r.memory_reduction},
+      });
+    }
+    std::cout << out.dump(2) << '\n';
+    return 0;
+  }
+
+  std::cout << g.name << ": " << g.num_layers << " layers, " << g.num_kv_heads << " KV head"
+            << (g.num_kv_heads == 1 ? "" : "s") << " per rank (tp " << g.tp_size << ") × "
+            << (g.attention == AttentionKind::kMla ? "latent " : "") << g.k_head_dim;
+  if (g.attention == AttentionKind::kMha && g.v_head_dim != g.k_head_dim) std::cout << " (K) / " << g.v_head_dim << " (V)";
+  std::cout << ", " << l1_dtype_name(g.l1_dtype) << " L1: " << format_count(g.l1_bytes_per_token())
+            << " B/token\nhost budget " << format_bytes(*budget) << " (" << format_count(*budget)
+            << " B), record align " << f.record_align << " B, page size " << g.page_size << "\n\n";
+  const bool split_kv = g.attention == AttentionKind::kMha && g.v_head_dim != g.k_head_dim;
+  Table table({"codec", split_kv ? "B/row K/V" : "B/row", "payload", "scales", "padding", "B/token",
+               "L2 tokens", "vs bf16", "memory"});
+  for (const LayoutRow& r : rows) {
+    std::string per_row = format_count(r.k.record_bytes);
+    if (split_kv) per_row += "/" + format_count(r.v->record_bytes);
+    table.add_row({std::string(codec_name(r.codec)), per_row, format_count(r.k.payload_bytes),
+                   format_count(r.k.scale_bytes()), format_count(r.k.padding_bytes()),
+                   format_count(r.bytes_per_token), format_count(r.capacity_tokens),
+                   fixed(r.ratio_vs_bf16, 4) + "×",
+                   signed_percent(-r.memory_reduction)});
+  }
+  table.print(std::cout);
+  return 0;
+}
+
+}  // namespace
+
+Subcommand add_layout_command(CLI::App& parent) {
+  auto flags = std::make_shared<LayoutFlags>();
+  CLI::App* app = parent.add_subcommand(
+      "layout", "Bytes per row and per token of each L2 record format, and the tokens a host budget holds");
+  app->add_option("--model", flags->model, "Preset name (qwen3-8b, llama-3.1-8b, qwen3-32b, deepseek-v3, …) or a config.json path")
+      ->capture_default_str();
+  app->add_option("--tp", flags->tp, "Tensor-parallel ranks: KV heads are split over them")->capture_default_str();
+  app->add_option("--page-size", flags->page_size, "Tokens per page; capacity is a whole number of pages")
+      ->capture_default_str();
+  app->add_option("--hicache-size", flags->hicache_size,
+                  "Host (L2) budget: 8GB (decimal), 8GiB (binary), fractions allowed; a plain number is GB")
+      ->capture_default_str();
+  app->add_option("--hicache-codec", flags->codecs, "bf16, int8, fp8, int4, int4h, a comma list, or all")
+      ->capture_default_str();
+  app->add_option("--record-align", flags->record_align,
+                  "Pad each record to a multiple of this many bytes (128 gives the 1,152-byte SGLang INT8 record)")
+      ->capture_default_str();
+  app->add_flag("--json", flags->json, "Print a JSON list instead of a table");
+  return {app, [flags] { return run_layout(*flags); }};
+}
+
+}  // namespace hiq::cli

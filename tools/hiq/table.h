@@ -1,0 +1,49 @@
+// tools/hiq/table.h — plain-text tables for people; machines get --json.
+#pragma once
+
+#include <algorithm>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace hiq::cli {
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void add_row(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+
+  // The first column is left-aligned, the others (numbers) right-aligned.
+  void print(std::ostream& out) const {
+    std::vector<size_t> width(header_.size(), 0);
+    const auto measure = [&](const std::vector<std::string>& row) {
+      for (size_t i = 0; i < row.size() && i < width.size(); ++i) width[i] = std::max(width[i], display_width(row[i]));
+    };
+    measure(header_);
+    for (const auto& r : rows_) measure(r);
+    const auto line = [&](const std::vector<std::string>& row) {
+      for (size_t i = 0; i < width.size(); ++i) {
+        const std::string& cell = i < row.size() ? row[i] : std::string();
+        const std::string pad(width[i] - display_width(cell), ' ');
+        out << (i ? "  " : "") << (i == 0 ? cell + pad : pad + cell);
+      }
+      out << '\n';
+    };
+    line(header_);
+    size_t total = 0;
+    for (size_t w : width) total += w;
+    out << std::string(total + 2 * (width.size() - 1), '-') << '\n';
+    for (const auto& r : rows_) line(r);
+  }
+
+ private:
+  // Counts code points, so "×" and "−" take one column.
+  static size_t display_width(const std::string& s) {
+    return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+  }
+
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace hiq::cli

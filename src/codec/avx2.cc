@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "codec/kernels.h"
 #include "codec/numeric.h"
@@ -49,8 +50,16 @@ inline __m128i float_to_bf16x8(__m256 f) {
   return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 
-inline void store_bf16x8(uint16_t* p, __m256 f) {
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), float_to_bf16x8(f));
+// float_to_bf16_saturate of 8 lanes: a finite lane that rounds to ±Inf becomes ±max.
+inline void store_bf16x8_saturate(uint16_t* p, __m256 f) {
+  const __m128i h = float_to_bf16x8(f);
+  const __m128i magnitude = _mm_and_si128(h, _mm_set1_epi16(0x7FFF));
+  const __m128i overflowed = _mm_cmpeq_epi16(magnitude, _mm_set1_epi16(0x7F80));
+  const __m256 finite_lanes = _mm256_cmp_ps(abs_ps(f), _mm256_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ);
+  const __m256i finite32 = _mm256_castps_si256(finite_lanes);
+  const __m128i finite = _mm_packs_epi32(_mm256_castsi256_si128(finite32), _mm256_extracti128_si256(finite32, 1));
+  const __m128i saturated = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16(static_cast<short>(0x8000))), _mm_set1_epi16(0x7F7F));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_blendv_epi8(h, saturated, _mm_and_si128(overflowed, finite)));
 }
 
 // Narrows 8 int32 lanes holding 0..255 to 8 bytes at p.
@@ -167,7 +176,7 @@ void decode_per_head(const RecordLayout& layout, const std::byte* record, uint16
       } else {
         q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
       }
-      store_bf16x8(row + h * dim + d, _mm256_mul_ps(q, scale));
+      store_bf16x8_saturate(row + h * dim + d, _mm256_mul_ps(q, scale));
     }
   }
 }
@@ -288,12 +297,12 @@ void decode_int4(const RecordLayout& layout, const std::byte* record, uint16_t* 
       if constexpr (kRotate) {
         _mm256_store_ps(v + d, y);
       } else {
-        store_bf16x8(row + h * dim + d, y);
+        store_bf16x8_saturate(row + h * dim + d, y);
       }
     }
     if constexpr (kRotate) {
       hadamard_transform_avx2(v, dim);
-      for (int d = 0; d < dim; d += 8) store_bf16x8(row + h * dim + d, _mm256_load_ps(v + d));
+      for (int d = 0; d < dim; d += 8) store_bf16x8_saturate(row + h * dim + d, _mm256_load_ps(v + d));
     }
   }
 }

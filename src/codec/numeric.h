@@ -26,6 +26,16 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// float_to_bf16, but a finite value that rounds past the largest BF16 becomes
+// ±0x7F7F instead of ±Inf. Decoders use it: a scale rounded up by BF16 can make
+// q·scale exceed the largest BF16 by up to 2^-8 of it, and a finite input must
+// never come back infinite.
+inline uint16_t float_to_bf16_saturate(float f) {
+  const uint16_t h = float_to_bf16(f);
+  if ((h & 0x7FFFu) == 0x7F80u && std::isfinite(f)) return static_cast<uint16_t>((h & 0x8000u) | 0x7F7Fu);
+  return h;
+}
+
 // FP8 E4M3 ("fn" variant: no infinities, 0x7F/0xFF are NaN, max finite 448).
 // Round to nearest even; magnitudes ≥ 448 and ±Inf saturate to ±448; NaN → 0x7F.
 inline uint8_t float_to_e4m3(float f) {

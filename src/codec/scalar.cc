@@ -86,7 +86,7 @@ void decode_per_head(const RecordLayout& layout, const std::byte* record, uint16
     for (int d = 0; d < dim; ++d) {
       const uint8_t c = codes[h * dim + d];
       const float q = kFp8 ? e4m3_to_float(c) : static_cast<float>(static_cast<int8_t>(c));
-      row[h * dim + d] = float_to_bf16(q * scale);
+      row[h * dim + d] = float_to_bf16_saturate(q * scale);
     }
   }
 }
@@ -161,7 +161,7 @@ void decode_int4(const RecordLayout& layout, const std::byte* record, uint16_t* 
       v[d] = static_cast<float>(get_code(payload, static_cast<size_t>(h) * dim + d)) * scale;
     }
     if constexpr (kRotate) hadamard_transform(v, dim);
-    for (int d = 0; d < dim; ++d) row[h * dim + d] = float_to_bf16(v[d]);
+    for (int d = 0; d < dim; ++d) row[h * dim + d] = float_to_bf16_saturate(v[d]);
   }
 }
 

@@ -125,8 +125,10 @@ run_json --model llama-3.1-8b
 expect_json "llama-3.1-8b geometry" '(c["bf16"]["num_layers"], c["bf16"]["num_kv_heads"], c["bf16"]["k_head_dim"])' '(32, 8, 128)'
 expect_json "llama-3.1-8b bf16 bytes/token" 'c["bf16"]["bytes_per_token"]' '131072'
 
-# DeepSeek-V3's latent row is 576 wide, not a power of two, so int4h does not
-# apply; the default codec list ("all") includes int4h, hence the explicit list.
+# DeepSeek-V3's latent row is 576 wide, not a power of two: with the default
+# codec list ("all") int4h is listed as unsupported; the rest must be exact.
+run_json --model deepseek-v3
+expect_json "deepseek-v3 lists int4h as unsupported" '(c["int4h"]["supported"], "power-of-two" in c["int4h"]["reason"])' '(False, True)'
 run_json --model deepseek-v3 --hicache-codec bf16,int8,fp8,int4
 expect_json "deepseek-v3 is MLA" '(c["bf16"]["attention"], c["bf16"]["num_layers"], c["bf16"]["num_kv_heads"], c["bf16"]["k_head_dim"], c["bf16"]["v_head_dim"])' '("mla", 61, 1, 576, 0)'
 expect_json "deepseek-v3 no V row" '[r["bytes_per_row_v"] for r in rows]' '[None, None, None, None]'

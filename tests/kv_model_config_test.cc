@@ -535,3 +535,22 @@ TEST(Names, DtypeAndAttentionKind) {
 
 }  // namespace
 }  // namespace hiq
+
+namespace hiq {
+namespace {
+
+TEST(KvGeometryValidate, RejectsHeadsThatDoNotAddUpOverTheRanks) {
+  KvGeometry g = valid_mha();  // 2 heads per rank, 2 in all, tp 1
+  g.tp_size = 2;               // 2 × 2 ≠ 2
+  EXPECT_TRUE(contains(g.validate().message(), "total_kv_heads")) << g.validate().to_string();
+  g.total_kv_heads = 4;
+  EXPECT_TRUE(g.validate().is_ok()) << g.validate().to_string();
+  g.num_kv_heads = 1;  // replicated: 1 per rank needs tp to be a multiple of the total
+  g.total_kv_heads = 1;
+  EXPECT_TRUE(g.validate().is_ok()) << g.validate().to_string();
+  g.total_kv_heads = 3;
+  EXPECT_FALSE(g.validate().is_ok());
+}
+
+}  // namespace
+}  // namespace hiq

@@ -70,16 +70,51 @@ inline void store_u8x8(uint8_t* p, __m256i v) {
 
 inline __m256 round_even(__m256 v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 
+// The largest magnitude bits (bits & 0x7FFF) among `dim` bf16 values. For
+// finite BF16, |x| orders exactly like these integers, and every NaN or ±Inf has
+// magnitude bits ≥ 0x7F80: one integer max gives both the amax and the check.
+inline uint16_t max_magnitude_bits(const uint16_t* x, int dim) {
+  const __m256i magnitude_mask = _mm256_set1_epi16(0x7FFF);
+  __m256i wide = _mm256_setzero_si256();
+  int d = 0;
+  for (; d + 16 <= dim; d += 16)
+    wide = _mm256_max_epu16(wide, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + d)),
+                                                   magnitude_mask));
+  __m128i m = _mm_max_epu16(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1));
+  for (; d < dim; d += 8)
+    m = _mm_max_epu16(m, _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + d)),
+                                       _mm256_castsi256_si128(magnitude_mask)));
+  // Horizontal max as the complement of the minimum of the complements.
+  const __m128i complement = _mm_xor_si128(m, _mm_set1_epi16(-1));
+  return static_cast<uint16_t>(0xFFFF ^ (_mm_cvtsi128_si32(_mm_minpos_epu16(complement)) & 0xFFFF));
+}
+
+inline bool magnitude_is_finite(uint16_t magnitude_bits) { return magnitude_bits < 0x7F80; }
+
 // max |x| of a head; false when it holds a NaN or ±Inf.
 bool finite_amax(const uint16_t* x, int dim, float& amax) {
-  __m256 vmax = _mm256_setzero_ps();
-  __m128i bad = _mm_setzero_si128();
-  for (int d = 0; d < dim; d += 8) {
-    bad = _mm_or_si128(bad, nonfinite_bf16x8(x + d));
-    vmax = _mm256_max_ps(vmax, abs_ps(load_bf16x8(x + d)));
-  }
-  amax = hmax(vmax);
-  return _mm_testz_si128(bad, bad);
+  const uint16_t bits = max_magnitude_bits(x, dim);
+  amax = bf16_to_float(bits);
+  return magnitude_is_finite(bits);
+}
+
+// float_to_bf16 of 16 lanes known to be finite and to stay finite after
+// rounding (no NaN, no overflow): the common case of a decoder, five integer
+// operations per 8 lanes. Stores 16 BF16 at p.
+inline __m256i round_to_bf16_bits(__m256 f) {
+  const __m256i u = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+}
+inline void store_bf16x16_finite(uint16_t* p, __m256 lo, __m256 hi) {
+  const __m256i packed = _mm256_packus_epi32(round_to_bf16_bits(lo), round_to_bf16_bits(hi));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xD8));
+}
+
+// True when every code times `scale` rounds to a finite BF16 with no NaN: then a
+// decoder may take the fast rounding path. `max_code` bounds |code|.
+inline bool fast_decode_safe(float scale, float max_code) {
+  return std::fabs(scale) * max_code <= bf16_to_float(0x7F7F);  // false for NaN too
 }
 
 uint16_t scale_for(float amax, float qmax) { return float_to_bf16(std::max(amax, kMinAmax) / qmax); }
@@ -88,11 +123,7 @@ uint16_t scale_for(float amax, float qmax) { return float_to_bf16(std::max(amax,
 
 void encode_bf16(const RecordLayout& layout, const uint16_t* row, std::byte* record, CodecStats& stats) {
   const int heads = layout.shape.num_heads, dim = layout.shape.head_dim;
-  for (int h = 0; h < heads; ++h) {
-    __m128i bad = _mm_setzero_si128();
-    for (int d = 0; d < dim; d += 8) bad = _mm_or_si128(bad, nonfinite_bf16x8(row + h * dim + d));
-    stats.nonfinite_heads += !_mm_testz_si128(bad, bad);
-  }
+  for (int h = 0; h < heads; ++h) stats.nonfinite_heads += !magnitude_is_finite(max_magnitude_bits(row + h * dim, dim));
   std::memcpy(record, row, layout.payload_bytes);
   zero_tail(layout, record);
 }
@@ -130,36 +161,72 @@ inline __m256 e4m3x8_to_float(const uint8_t* p) {
   return _mm256_blendv_ps(v, _mm256_set1_ps(std::nanf("")), _mm256_castsi256_ps(is_nan));
 }
 
+// q = clamp(rint(x / scale), -127, 127) for a head. cvtps2dq rounds to nearest
+// even (the default MXCSR mode, as std::nearbyint assumes); the upper clamp is
+// the saturation of packsswb.
+inline void quantize_int8(const uint16_t* x, int dim, __m256 scale, uint8_t* q) {
+  const __m256i lowest = _mm256_set1_epi16(-127);
+  int d = 0;
+  for (; d + 16 <= dim; d += 16) {
+    // Interleaving with zeros widens BF16 to float in place (bits << 16): lane
+    // halves hold elements 0-3 | 8-11 (lo) and 4-7 | 12-15 (hi), which packs
+    // back into order.
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + d));
+    const __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), bits));
+    const __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), bits));
+    const __m256i a = _mm256_cvtps_epi32(_mm256_div_ps(lo, scale));
+    const __m256i b = _mm256_cvtps_epi32(_mm256_div_ps(hi, scale));
+    const __m256i words = _mm256_max_epi16(_mm256_packs_epi32(a, b), lowest);  // 0-7 | 8-15
+    const __m256i bytes = _mm256_packs_epi16(words, words);                     // 0-7 0-7 | 8-15 8-15
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + d), _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, 0x08)));
+  }
+  for (; d < dim; d += 8) {
+    const __m256i a = _mm256_cvtps_epi32(_mm256_div_ps(load_bf16x8(x + d), scale));
+    const __m128i w = _mm_max_epi16(_mm_packs_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)),
+                                    _mm256_castsi256_si128(lowest));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + d), _mm_packs_epi16(w, w));
+  }
+}
+
 template <bool kFp8>
 void encode_per_head(const RecordLayout& layout, const uint16_t* row, std::byte* record, CodecStats& stats) {
   const int heads = layout.shape.num_heads, dim = layout.shape.head_dim;
   auto* codes = reinterpret_cast<uint8_t*>(record);
-  for (int h = 0; h < heads; ++h) {
-    const uint16_t* x = row + h * dim;
-    uint8_t* q = codes + h * dim;
-    float amax;
-    if (!finite_amax(x, dim, amax)) {
-      ++stats.nonfinite_heads;
-      std::memset(q, 0, dim);
-      store_scale(record, layout, h, kBf16QuietNan);
-      continue;
+  // Scales of a batch of heads first, then their codes: the serial chain from a
+  // head's amax to its scale then overlaps with independent work instead of
+  // holding up that head's divisions.
+  constexpr int kBatch = 16;
+  uint16_t scale_bits[kBatch];
+  for (int first = 0; first < heads; first += kBatch) {
+    const int last = std::min(heads, first + kBatch);
+    for (int h = first; h < last; ++h) {
+      const uint16_t magnitude = max_magnitude_bits(row + h * dim, dim);
+      scale_bits[h - first] = magnitude_is_finite(magnitude)
+                                  ? scale_for(bf16_to_float(magnitude), kFp8 ? 448.0f : 127.0f)
+                                  : kBf16QuietNan;
     }
-    const uint16_t scale_bits = scale_for(amax, kFp8 ? 448.0f : 127.0f);
-    const __m256 scale = _mm256_set1_ps(bf16_to_float(scale_bits));
-    for (int d = 0; d < dim; d += 8) {
-      const __m256 v = _mm256_div_ps(load_bf16x8(x + d), scale);
+    for (int h = first; h < last; ++h) {
+      const uint16_t* x = row + h * dim;
+      uint8_t* q = codes + h * dim;
+      store_scale(record, layout, h, scale_bits[h - first]);
+      if (scale_bits[h - first] == kBf16QuietNan) {  // a finite amax never gives a NaN scale
+        ++stats.nonfinite_heads;
+        std::memset(q, 0, dim);
+        continue;
+      }
+      const __m256 scale = _mm256_set1_ps(bf16_to_float(scale_bits[h - first]));
       if constexpr (kFp8) {
-        store_u8x8(q + d, float_to_e4m3x8(v));
+        for (int d = 0; d < dim; d += 8) store_u8x8(q + d, float_to_e4m3x8(_mm256_div_ps(load_bf16x8(x + d), scale)));
       } else {
-        const __m256 c = _mm256_min_ps(_mm256_max_ps(round_even(v), _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
-        const __m256i i = _mm256_cvtps_epi32(c);
-        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(q + d), _mm_packs_epi16(w, w));
+        quantize_int8(x, dim, scale, q);
       }
     }
-    store_scale(record, layout, h, scale_bits);
   }
   zero_tail(layout, record);
+}
+
+inline __m256 int8x8_to_float(const uint8_t* c) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
 }
 
 template <bool kFp8>
@@ -167,16 +234,19 @@ void decode_per_head(const RecordLayout& layout, const std::byte* record, uint16
   const int heads = layout.shape.num_heads, dim = layout.shape.head_dim;
   const auto* codes = reinterpret_cast<const uint8_t*>(record);
   for (int h = 0; h < heads; ++h) {
-    const __m256 scale = _mm256_set1_ps(bf16_to_float(load_scale(record, layout, h)));
-    for (int d = 0; d < dim; d += 8) {
-      const uint8_t* c = codes + h * dim + d;
-      __m256 q;
-      if constexpr (kFp8) {
-        q = e4m3x8_to_float(c);
-      } else {
-        q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
-      }
-      store_bf16x8_saturate(row + h * dim + d, _mm256_mul_ps(q, scale));
+    const float s = bf16_to_float(load_scale(record, layout, h));
+    const __m256 scale = _mm256_set1_ps(s);
+    const uint8_t* c = codes + h * dim;
+    uint16_t* out = row + h * dim;
+    int d = 0;
+    if (!kFp8 && fast_decode_safe(s, 128.0f)) {
+      for (; d + 16 <= dim; d += 16)
+        store_bf16x16_finite(out + d, _mm256_mul_ps(int8x8_to_float(c + d), scale),
+                             _mm256_mul_ps(int8x8_to_float(c + d + 8), scale));
+    }
+    for (; d < dim; d += 8) {
+      const __m256 q = kFp8 ? e4m3x8_to_float(c + d) : int8x8_to_float(c + d);
+      store_bf16x8_saturate(out + d, _mm256_mul_ps(q, scale));
     }
   }
 }

@@ -7,11 +7,12 @@
 // (broken invariants) use HIQ_CHECK from core/check.h instead.
 #pragma once
 
-#include <cassert>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
+
+#include "core/check.h"
 
 namespace hiq {
 
@@ -67,7 +68,7 @@ class [[nodiscard]] Result {
  public:
   Result(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
   Result(Status status) : state_(std::move(status)) {  // NOLINT(google-explicit-constructor)
-    assert(!std::get<Status>(state_).is_ok() && "a Result holding a Status must hold an error");
+    HIQ_CHECK_MSG(!std::get<Status>(state_).is_ok(), "a Result built from a Status must hold an error");
   }
 
   bool is_ok() const { return std::holds_alternative<T>(state_); }

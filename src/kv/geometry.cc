@@ -49,6 +49,14 @@ Status KvGeometry::validate() const {
     if (v_head_dim != 0)
       return invalid_argument("KV geometry: an MLA model caches no V row ('v_head_dim' must be 0)");
   }
+  HIQ_RETURN_IF_ERROR(positive(total_kv_heads, "total_kv_heads"));
+  // Heads are split over TP ranks, or (more ranks than heads) each rank holds one replica.
+  const bool split = num_kv_heads * tp_size == total_kv_heads;
+  const bool replicated = num_kv_heads == 1 && tp_size % total_kv_heads == 0;
+  if (!split && !replicated)
+    return invalid_argument("KV geometry: " + std::to_string(num_kv_heads) + " KV heads per rank × tp " +
+                            std::to_string(tp_size) + " does not match total_kv_heads " +
+                            std::to_string(total_kv_heads));
   return Status::ok();
 }
 

@@ -19,7 +19,10 @@ namespace hiq {
 struct GeometryOptions {
   int tp_size = 1;                      // tensor-parallel ranks (--tp); KV heads are split over them
   int page_size = 1;                    // tokens per page (--page-size)
-  std::optional<L1Dtype> l1_dtype;      // L1 element type; default from the config's torch_dtype
+  // L1 element type. Default: from the config's "dtype" (newer transformers) or
+  // else "torch_dtype": float16 → fp16; bfloat16, float32 or absent → bf16 (a
+  // float32 checkpoint is served with a BF16 L1).
+  std::optional<L1Dtype> l1_dtype;
 };
 
 // Parses config.json text. `source` names it in errors (a path or a preset name).

@@ -92,11 +92,20 @@ int run_layout(const LayoutFlags& f) {
   if (!codecs) return report_error("layout", codecs.status());
 
   const KvGeometry& g = *geometry;
+  // A codec named explicitly must fit the model; with "all", one that cannot
+  // (int4h on a head_dim that is not a power of two) is listed as unsupported.
+  const bool all = f.codecs == "all";
   std::vector<LayoutRow> rows;
+  std::vector<std::pair<CodecKind, std::string>> unsupported;
   for (CodecKind c : *codecs) {
     auto row = layout_row(g, c, f.record_align, *budget);
-    if (!row) return report_error("layout", row.status());
-    rows.push_back(*row);
+    if (row) {
+      rows.push_back(*row);
+    } else if (all && row.status().code() == StatusCode::kInvalidArgument && c == CodecKind::kInt4H) {
+      unsupported.emplace_back(c, row.status().message());
+    } else {
+      return report_error("layout", row.status());
+    }
   }
 
   if (f.json) {
@@ -124,8 +133,11 @@ int run_layout(const LayoutFlags& f) {
           {"capacity_tokens", r.capacity_tokens},
           {"ratio_vs_bf16", r.ratio_vs_bf16},
           {"memory_reduction", r.memory_reduction},
+          {"supported", true},
       });
     }
+    for (const auto& [codec, reason] : unsupported)
+      out.push_back({{"model", g.name}, {"codec", codec_name(codec)}, {"supported", false}, {"reason", reason}});
     std::cout << out.dump(2) << '\n';
     return 0;
   }
@@ -150,6 +162,7 @@ int run_layout(const LayoutFlags& f) {
                    signed_percent(-r.memory_reduction)});
   }
   table.print(std::cout);
+  for (const auto& [codec, reason] : unsupported) std::cout << codec_name(codec) << ": n/a, " << reason << '\n';
   return 0;
 }
 

@@ -81,7 +81,8 @@ void BM_Decode(benchmark::State& state, CodecKind codec, CodecImpl impl) {
 void register_all() {
   const std::vector<int64_t> batches = {256, 16384};
   for (int64_t rows : batches) benchmark::RegisterBenchmark("memcpy", BM_Memcpy)->Arg(rows);
-  for (CodecImpl impl : {CodecImpl::kScalar, CodecImpl::kAvx2}) {
+  for (CodecImpl impl : {CodecImpl::kScalar, CodecImpl::kAvx2, CodecImpl::kAvx512}) {
+    if (!codec_impl_supported(impl)) continue;
     for (CodecKind codec : kAllCodecs) {
       const std::string suffix = std::string(codec_name(codec)) + "/" + std::string(codec_impl_name(impl));
       for (int64_t rows : batches) {
@@ -116,7 +117,7 @@ void print_summary(const CollectingReporter& reporter) {
   const double memcpy_small = find("memcpy/256"), memcpy_large = find("memcpy/16384");
   std::printf("%-8s %-7s %-7s %9.1f (100%%) %9.1f (100%%)\n", "memcpy", "-", "-", memcpy_small, memcpy_large);
   for (const char* op : {"encode", "decode"})
-    for (CodecImpl impl : {CodecImpl::kScalar, CodecImpl::kAvx2})
+    for (CodecImpl impl : {CodecImpl::kScalar, CodecImpl::kAvx2, CodecImpl::kAvx512})
       for (CodecKind codec : kAllCodecs) {
         const std::string base = std::string(op) + "/" + std::string(codec_name(codec)) + "/" +
                                  std::string(codec_impl_name(impl)) + "/";

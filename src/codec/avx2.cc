@@ -23,13 +23,6 @@ inline __m256 load_bf16x8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-// Lanes (as 16-bit masks) whose bf16 value is NaN or ±Inf.
-inline __m128i nonfinite_bf16x8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i exp_all_ones = _mm_set1_epi16(0x7F80);
-  return _mm_cmpeq_epi16(_mm_and_si128(h, exp_all_ones), exp_all_ones);
-}
-
 inline __m256 abs_ps(__m256 v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF))); }
 
 inline float hmax(__m256 v) {

@@ -71,6 +71,7 @@ std::string_view codec_impl_name(CodecImpl impl) {
     case CodecImpl::kAuto: return "auto";
     case CodecImpl::kScalar: return "scalar";
     case CodecImpl::kAvx2: return "avx2";
+    case CodecImpl::kAvx512: return "avx512";
   }
   return "?";
 }
@@ -87,12 +88,21 @@ bool codec_impl_supported(CodecImpl impl) {
 #else
       return false;
 #endif
+    case CodecImpl::kAvx512:
+#if defined(__x86_64__)
+      return codec_detail::avx512_kernels() != nullptr && codec_impl_supported(CodecImpl::kAvx2) &&
+             __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#else
+      return false;
+#endif
   }
   return false;
 }
 
 CodecImpl best_codec_impl() {
-  static const CodecImpl best = codec_impl_supported(CodecImpl::kAvx2) ? CodecImpl::kAvx2 : CodecImpl::kScalar;
+  static const CodecImpl best = codec_impl_supported(CodecImpl::kAvx512) ? CodecImpl::kAvx512
+                                : codec_impl_supported(CodecImpl::kAvx2) ? CodecImpl::kAvx2
+                                                                         : CodecImpl::kScalar;
   return best;
 }
 
@@ -102,8 +112,10 @@ namespace {
 const codec_detail::KernelTable& kernels_for(const RecordLayout& layout, CodecImpl impl) {
   if (impl == CodecImpl::kAuto) impl = best_codec_impl();
   HIQ_CHECK_MSG(codec_impl_supported(impl), "codec implementation not supported on this CPU");
-  // Vector paths work on 8 elements at a time within a head.
-  if (impl == CodecImpl::kAvx2 && layout.shape.head_dim % 8 == 0) return *codec_detail::avx2_kernels();
+  // Vector paths work on 16 (AVX-512) or 8 (AVX2) elements at a time within a head.
+  const int dim = layout.shape.head_dim;
+  if (impl == CodecImpl::kAvx512 && dim % 16 == 0) return *codec_detail::avx512_kernels();
+  if ((impl == CodecImpl::kAvx512 || impl == CodecImpl::kAvx2) && dim % 8 == 0) return *codec_detail::avx2_kernels();
   return codec_detail::scalar_kernels();
 }
 
@@ -128,8 +140,9 @@ void decode_rows(const RecordLayout& layout, const std::byte* src, size_t num_ro
 }
 
 namespace codec_detail {
-#ifndef HIQ_HAVE_AVX2
+#ifndef HIQ_HAVE_X86_SIMD
 const KernelTable* avx2_kernels() { return nullptr; }
+const KernelTable* avx512_kernels() { return nullptr; }
 #endif
 
 void zero_tail(const RecordLayout& layout, std::byte* record) {

@@ -85,10 +85,11 @@ struct CodecStats {
   }
 };
 
-// Which implementation runs. kAuto picks the fastest the CPU supports; a
-// vectorised one handles head_dim % 8 == 0 and falls back to the scalar
-// reference otherwise. All give identical bytes.
-enum class CodecImpl : uint8_t { kAuto, kScalar, kAvx2 };
+// Which implementation runs. kAuto picks the widest the CPU supports. A vector
+// implementation takes the heads it can (AVX-512: head_dim % 16 == 0, AVX2:
+// head_dim % 8 == 0) and hands other shapes to the next narrower one, down to
+// the scalar reference. All give identical bytes.
+enum class CodecImpl : uint8_t { kAuto, kScalar, kAvx2, kAvx512 };
 std::string_view codec_impl_name(CodecImpl impl);
 bool codec_impl_supported(CodecImpl impl);  // by this CPU and build
 CodecImpl best_codec_impl();                // what kAuto resolves to

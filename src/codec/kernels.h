@@ -23,8 +23,9 @@ struct KernelTable {
 inline size_t codec_index(CodecKind kind) { return static_cast<size_t>(kind); }
 
 const KernelTable& scalar_kernels();
-// Null when the build has no AVX2 path; callers also check the CPU.
-const KernelTable* avx2_kernels();
+// Null when the build has no such path; callers also check the CPU.
+const KernelTable* avx2_kernels();    // head_dim % 8 == 0
+const KernelTable* avx512_kernels();  // head_dim % 16 == 0
 
 // Record field accessors shared by implementations.
 inline uint16_t load_scale(const std::byte* record, const RecordLayout& layout, size_t i) {

@@ -53,6 +53,16 @@ TEST(Bf16, EveryBf16SurvivesTheRoundTripThroughFloat) {
   }
 }
 
+// E4M3 value from its definition: (-1)^s · 2^(e-7) · (1 + m/8), or 2^-6 · m/8 when e = 0.
+TEST(E4m3, DecodesEveryCodeByTheDefinition) {
+  for (int c = 0; c < 256; ++c) {
+    const int e = (c >> 3) & 0xF, m = c & 7;
+    if (e == 0xF && m == 7) continue;
+    const double magnitude = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+    EXPECT_EQ(static_cast<double>(e4m3_to_float(static_cast<uint8_t>(c))), (c & 0x80) ? -magnitude : magnitude) << c;
+  }
+}
+
 TEST(E4m3, EveryCodeRoundTrips) {
   for (int c = 0; c < 256; ++c) {
     if ((c & 0x7F) == 0x7F) {

@@ -53,11 +53,14 @@ inline uint8_t float_to_e4m3(float f) {
 }
 
 inline float e4m3_to_float(uint8_t b) {
-  const int exponent = (b >> 3) & 0xF, mantissa = b & 7;
-  if (exponent == 0xF && mantissa == 7) return std::nanf("");
-  const float magnitude = exponent == 0 ? std::ldexp(static_cast<float>(mantissa), -9)
-                                        : std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
-  return (b & 0x80) ? -magnitude : magnitude;
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80) << 24;
+  const uint32_t exponent = (b >> 3) & 0xFu, mantissa = b & 7u;
+  if (exponent == 0xF && mantissa == 7) return std::bit_cast<float>(0x7FC00000u);  // NaN, canonical
+  if (exponent == 0) {  // subnormal: mantissa · 2^-9, exact
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-9f;
+    return b & 0x80 ? -magnitude : magnitude;
+  }
+  return std::bit_cast<float>(sign | ((exponent + 120u) << 23) | (mantissa << 20));  // rebias 7 → 127
 }
 
 // The int4h normalisation 1/sqrt(n), computed in double and rounded once to float

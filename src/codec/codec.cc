@@ -39,31 +39,7 @@ Result<RecordLayout> RecordLayout::make(CodecKind codec, RowShape shape, size_t 
     return invalid_argument("codec int4h needs a power-of-two head_dim for its Walsh–Hadamard rotation (got " +
                             std::to_string(shape.head_dim) + "); use int4 instead");
 
-  RecordLayout l;
-  l.codec = codec;
-  l.shape = shape;
-  l.record_align = record_align;
-  const size_t elements = shape.elements();
-  switch (codec) {
-    case CodecKind::kBf16:
-      l.groups_per_head = 0;
-      l.payload_bytes = 2 * elements;
-      break;
-    case CodecKind::kInt8:
-    case CodecKind::kFp8:
-      l.groups_per_head = 1;
-      l.payload_bytes = elements;
-      break;
-    case CodecKind::kInt4:
-    case CodecKind::kInt4H:
-      l.groups_per_head = (shape.head_dim + kInt4GroupSize - 1) / kInt4GroupSize;
-      l.payload_bytes = (elements + 1) / 2;
-      break;
-  }
-  l.num_scales = static_cast<size_t>(shape.num_heads) * static_cast<size_t>(l.groups_per_head);
-  l.scale_offset = (l.payload_bytes + 1) & ~size_t{1};
-  l.record_bytes = (l.used_bytes() + record_align - 1) / record_align * record_align;
-  return l;
+  return compute(codec, shape, record_align);
 }
 
 std::string_view codec_impl_name(CodecImpl impl) {

@@ -62,15 +62,55 @@ struct RecordLayout {
   size_t num_scales = 0;       // num_heads × groups_per_head
   size_t record_bytes = 0;     // whole record: a multiple of record_align
 
-  size_t scale_bytes() const { return num_scales * 2; }
-  size_t used_bytes() const { return num_scales ? scale_offset + scale_bytes() : payload_bytes; }
-  size_t padding_bytes() const { return record_bytes - used_bytes(); }
+  constexpr size_t scale_bytes() const { return num_scales * 2; }
+  constexpr size_t used_bytes() const { return num_scales ? scale_offset + scale_bytes() : payload_bytes; }
+  constexpr size_t padding_bytes() const { return record_bytes - used_bytes(); }
 
   // Errors: a row shape that is empty or has head_dim > kMaxHeadDim, a
   // record_align that is not a power of two in [1, 4096], int4h with a head_dim
   // that is not a power of two.
   static Result<RecordLayout> make(CodecKind codec, RowShape shape, size_t record_align = kDefaultRecordAlign);
+
+  // The arithmetic of make() without its checks: for arguments make() accepts.
+  static constexpr RecordLayout compute(CodecKind codec, RowShape shape, size_t record_align) {
+    RecordLayout l;
+    l.codec = codec;
+    l.shape = shape;
+    l.record_align = record_align;
+    const size_t elements = shape.elements();
+    switch (codec) {
+      case CodecKind::kBf16:
+        l.groups_per_head = 0;
+        l.payload_bytes = 2 * elements;
+        break;
+      case CodecKind::kInt8:
+      case CodecKind::kFp8:
+        l.groups_per_head = 1;
+        l.payload_bytes = elements;
+        break;
+      case CodecKind::kInt4:
+      case CodecKind::kInt4H:
+        l.groups_per_head = (shape.head_dim + kInt4GroupSize - 1) / kInt4GroupSize;
+        l.payload_bytes = (elements + 1) / 2;
+        break;
+    }
+    l.num_scales = static_cast<size_t>(shape.num_heads) * static_cast<size_t>(l.groups_per_head);
+    l.scale_offset = (l.payload_bytes + 1) & ~size_t{1};
+    l.record_bytes = (l.used_bytes() + record_align - 1) / record_align * record_align;
+    return l;
+  }
 };
+
+// The record sizes docs/formats.md quotes for Qwen3-8B rows (8 KV heads × 128)
+// and the DeepSeek-V3 latent row (1 × 576), checked at compile time.
+static_assert(RecordLayout::compute(CodecKind::kBf16, {8, 128}, 16).record_bytes == 2048);
+static_assert(RecordLayout::compute(CodecKind::kInt8, {8, 128}, 16).record_bytes == 1040);
+static_assert(RecordLayout::compute(CodecKind::kInt8, {8, 128}, 128).record_bytes == 1152);
+static_assert(RecordLayout::compute(CodecKind::kFp8, {8, 128}, 16).record_bytes == 1040);
+static_assert(RecordLayout::compute(CodecKind::kInt4, {8, 128}, 16).record_bytes == 576);
+static_assert(RecordLayout::compute(CodecKind::kInt4H, {8, 128}, 16).record_bytes == 576);
+static_assert(RecordLayout::compute(CodecKind::kInt8, {1, 576}, 16).record_bytes == 592);
+static_assert(RecordLayout::compute(CodecKind::kInt4, {1, 576}, 16).record_bytes == 336);
 
 // Counters an encoder adds to; they feed the cache's metrics.
 struct CodecStats {

@@ -34,7 +34,7 @@ enum class KvPart : uint8_t { kK = 0, kV = 1 };
 struct RowShape {
   int num_heads = 0;
   int head_dim = 0;
-  size_t elements() const { return static_cast<size_t>(num_heads) * static_cast<size_t>(head_dim); }
+  constexpr size_t elements() const { return static_cast<size_t>(num_heads) * static_cast<size_t>(head_dim); }
   bool operator==(const RowShape&) const = default;
 };
 

@@ -14,6 +14,13 @@
 #include "codec/kernels.h"
 #include "codec/numeric.h"
 
+// Only the kernels are compiled for the wider instruction set: the headers
+// above (whose inline functions the linker may share with other files) and the
+// table accessor at the bottom stay baseline x86-64, so nothing here can run an
+// unsupported instruction before the CPU check in codec.cc.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx2,f16c")
+
 namespace hiq::codec_detail {
 namespace {
 
@@ -291,6 +298,11 @@ void decode_int4(const RecordLayout& layout, const std::byte* record, uint16_t* 
 }
 
 }  // namespace
+}  // namespace hiq::codec_detail
+
+#pragma GCC pop_options
+
+namespace hiq::codec_detail {
 
 const KernelTable* avx512_kernels() {
   static const KernelTable table = [] {

@@ -59,15 +59,15 @@ bool codec_impl_supported(CodecImpl impl) {
       return true;
     case CodecImpl::kAvx2:
 #if defined(__x86_64__)
-      return codec_detail::avx2_kernels() != nullptr && __builtin_cpu_supports("avx2") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+             codec_detail::avx2_kernels() != nullptr;
 #else
       return false;
 #endif
     case CodecImpl::kAvx512:
 #if defined(__x86_64__)
-      return codec_detail::avx512_kernels() != nullptr && codec_impl_supported(CodecImpl::kAvx2) &&
-             __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             codec_impl_supported(CodecImpl::kAvx2) && codec_detail::avx512_kernels() != nullptr;
 #else
       return false;
 #endif

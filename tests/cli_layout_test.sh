@@ -175,7 +175,34 @@ expect_error "negative size" "negative" --hicache-size=-1GB
 expect_error "record align not a power of two" "power[- ]of[- ]two" --record-align 100
 expect_error "unknown model" "no-such-model" --model no-such-model
 expect_error "unknown model lists presets" "qwen3-8b" --model no-such-model
-expect_error "missing config file" "cannot open" --model "$TMP/nowhere/config.json"
+expect_error "missing config file" "no such file" --model "$TMP/nowhere/config.json"
 expect_error "tp 3 for 8 KV heads" "--tp" --model qwen3-32b --tp 3
+expect_error "tp 0" "--tp" --tp 0
+expect_error "page size 0" "--page-size" --page-size 0
+expect_error "page size too large" "--page-size" --page-size 1073741824
+expect_error "record align 0" "--record-align" --record-align 0
+expect_error "record align -1 is reported as typed" "got -1" --record-align=-1
+expect_error "host size 0" "--hicache-size" --hicache-size 0
+expect_error "empty codec entry" "empty entry" --hicache-codec int8,
+expect_error "codec named twice" "twice" --hicache-codec int8,int8
+mkdir -p "$TMP/empty_dir" "$TMP/dir_as_config/config.json"
+expect_error "directory without config.json" "without config.json" --model "$TMP/empty_dir"
+expect_error "config.json that is a directory" "is a directory" --model "$TMP/dir_as_config"
+printf '{"model_type": "qwen3",' >"$TMP/truncated.json"
+expect_error "truncated JSON" "not valid JSON" --model "$TMP/truncated.json"
+printf '[1, 2, 3]' >"$TMP/array.json"
+expect_error "JSON that is not an object" "JSON object" --model "$TMP/array.json"
+printf '12345678901234567890' >"$TMP/number.json"
+expect_error "JSON that is a number" "JSON object" --model "$TMP/number.json"
+if [[ -e /dev/zero ]]; then
+  expect_error "a device file is not a config" "not a regular file" --model /dev/zero
+fi
+# A path that is not UTF-8 works, and in JSON mode is printed with replacement characters.
+odd_dir="$TMP/$(printf 'model\xff')"
+mkdir -p "$odd_dir" && cp "$TMP/hd96/config.json" "$odd_dir/config.json"
+run_json --model "$odd_dir" --hicache-codec bf16
+expect_json "non-UTF-8 model path in JSON" '(c["bf16"]["k_head_dim"], "\ufffd" in c["bf16"]["model"])' '(96, True)'
+# A path that is not UTF-8 still gets a clean error, in JSON mode too.
+expect_error "non-UTF-8 path" "no such file" --model "$TMP/$(printf 'c\xff')/config.json" --json
 
 echo "all $checks checks passed"

@@ -172,7 +172,7 @@ TEST(CodecKnownAnswer, Fp8Record) {
   const auto b = bytes_of(t);
   EXPECT_EQ(b[3], 0x7E);
   EXPECT_EQ(b[4], 0xFE);
-  EXPECT_EQ(b[0], numeric::float_to_e4m3(1.0f / 0.0089111328125f));
+  EXPECT_EQ(b[0], 0x6E);  // 1 / scale = 112.2 → 112 = 2^6 · 1.75: exponent 13, mantissa 6
   EXPECT_EQ(b[8], 0x12);
   EXPECT_EQ(b[9], 0x3C);
 }

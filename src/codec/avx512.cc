@@ -35,19 +35,17 @@ inline __m512 load_bf16x16(const uint16_t* p) {
 
 inline __m512 abs_ps(__m512 v) { return _mm512_abs_ps(v); }
 
-// float_to_bf16_saturate of 16 lanes: round to nearest even, NaN made quiet, a
-// finite lane that rounds past the largest BF16 becomes ±0x7F7F.
+// float_to_bf16_saturate of 16 lanes (numeric.h): round to nearest even, a
+// finite lane that rounds past the largest BF16 becomes ±0x7F7F, NaN becomes 0x7FC0.
 inline void store_bf16x16_saturate(uint16_t* p, __m512 f) {
   const __m512i u = _mm512_castps_si512(f);
-  const __m512i hi = _mm512_srli_epi32(u, 16);
-  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  const __mmask16 is_nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
-  r = _mm512_mask_blend_epi32(is_nan, r, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
   const __mmask16 finite = _mm512_cmp_ps_mask(abs_ps(f), _mm512_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ);
   const __mmask16 overflowed =
       _mm512_cmpeq_epi32_mask(_mm512_and_si512(r, _mm512_set1_epi32(0x7FFF)), _mm512_set1_epi32(0x7F80));
   r = _mm512_mask_xor_epi32(r, overflowed & finite, r, _mm512_set1_epi32(0x00FF));  // ±0x7F80 → ±0x7F7F
+  r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), r, _mm512_set1_epi32(kBf16QuietNan));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
 }
 

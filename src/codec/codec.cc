@@ -2,6 +2,9 @@
 
 #include <bit>
 #include <cstring>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "codec/kernels.h"
 #include "core/check.h"
@@ -25,21 +28,39 @@ Result<CodecKind> parse_codec(std::string_view name) {
   return invalid_argument("unknown codec '" + std::string(name) + "' (expected bf16, int8, fp8, int4 or int4h)");
 }
 
-Result<RecordLayout> RecordLayout::make(CodecKind codec, RowShape shape, size_t record_align) {
+namespace {
+
+Status check_layout_args(CodecKind codec, RowShape shape, size_t record_align) {
+  if (static_cast<size_t>(codec) >= std::size(kAllCodecs))
+    return invalid_argument("record layout: codec " + std::to_string(static_cast<int>(codec)) + " does not exist");
   if (shape.num_heads <= 0 || shape.head_dim <= 0)
     return invalid_argument("record layout: row shape " + std::to_string(shape.num_heads) + "×" +
                             std::to_string(shape.head_dim) + " is empty");
   if (shape.head_dim > kMaxHeadDim)
     return out_of_range("record layout: head_dim " + std::to_string(shape.head_dim) + " exceeds " +
                         std::to_string(kMaxHeadDim));
+  if (shape.elements() > kMaxRowElements)
+    return out_of_range("record layout: a row of " + std::to_string(shape.num_heads) + " heads × " +
+                        std::to_string(shape.head_dim) + " exceeds " + std::to_string(kMaxRowElements) +
+                        " elements");
   if (record_align == 0 || record_align > kMaxRecordAlign || !std::has_single_bit(record_align))
     return invalid_argument("--record-align must be a power of two from 1 to " + std::to_string(kMaxRecordAlign) +
                             " (got " + std::to_string(record_align) + ")");
   if (codec == CodecKind::kInt4H && !std::has_single_bit(static_cast<unsigned>(shape.head_dim)))
     return invalid_argument("codec int4h needs a power-of-two head_dim for its Walsh–Hadamard rotation (got " +
                             std::to_string(shape.head_dim) + "); use int4 instead");
+  return Status::ok();
+}
 
+}  // namespace
+
+Result<RecordLayout> RecordLayout::make(CodecKind codec, RowShape shape, size_t record_align) {
+  HIQ_RETURN_IF_ERROR(check_layout_args(codec, shape, record_align));
   return compute(codec, shape, record_align);
+}
+
+bool RecordLayout::is_valid() const {
+  return check_layout_args(codec, shape, record_align).is_ok() && *this == compute(codec, shape, record_align);
 }
 
 std::string_view codec_impl_name(CodecImpl impl) {
@@ -84,6 +105,24 @@ CodecImpl best_codec_impl() {
 
 namespace {
 
+// Sets the default SSE floating-point environment (round to nearest even, no
+// FTZ/DAZ, exceptions masked) for its scope and restores the caller's after.
+class DefaultFloatEnvironment {
+ public:
+#if defined(__x86_64__)
+  DefaultFloatEnvironment() : saved_(_mm_getcsr()) {
+    if (saved_ != kDefault) _mm_setcsr(kDefault);
+  }
+  ~DefaultFloatEnvironment() {
+    if (saved_ != kDefault) _mm_setcsr(saved_);
+  }
+
+ private:
+  static constexpr unsigned kDefault = 0x1F80;
+  unsigned saved_;
+#endif
+};
+
 // The one dispatch point: implementation × codec → row kernel table.
 const codec_detail::KernelTable& kernels_for(const RecordLayout& layout, CodecImpl impl) {
   if (impl == CodecImpl::kAuto) impl = best_codec_impl();
@@ -99,7 +138,9 @@ const codec_detail::KernelTable& kernels_for(const RecordLayout& layout, CodecIm
 
 void encode_rows(const RecordLayout& layout, const uint16_t* src, size_t src_row_stride, size_t num_rows,
                  std::byte* dst, CodecStats* stats, CodecImpl impl) {
+  HIQ_CHECK_MSG(layout.is_valid(), "encode_rows: record layout not built by RecordLayout::make");
   HIQ_CHECK(src_row_stride >= layout.shape.elements() || num_rows <= 1);
+  const DefaultFloatEnvironment float_environment;
   const auto encode = kernels_for(layout, impl).encode[codec_detail::codec_index(layout.codec)];
   CodecStats local;
   for (size_t r = 0; r < num_rows; ++r)
@@ -110,7 +151,9 @@ void encode_rows(const RecordLayout& layout, const uint16_t* src, size_t src_row
 
 void decode_rows(const RecordLayout& layout, const std::byte* src, size_t num_rows, uint16_t* dst,
                  size_t dst_row_stride, CodecImpl impl) {
+  HIQ_CHECK_MSG(layout.is_valid(), "decode_rows: record layout not built by RecordLayout::make");
   HIQ_CHECK(dst_row_stride >= layout.shape.elements() || num_rows <= 1);
+  const DefaultFloatEnvironment float_environment;
   const auto decode = kernels_for(layout, impl).decode[codec_detail::codec_index(layout.codec)];
   for (size_t r = 0; r < num_rows; ++r) decode(layout, src + r * layout.record_bytes, dst + r * dst_row_stride);
 }

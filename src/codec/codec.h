@@ -50,6 +50,7 @@ inline constexpr size_t kDefaultRecordAlign = 16;
 inline constexpr size_t kMaxRecordAlign = 4096;
 inline constexpr int kInt4GroupSize = 32;
 inline constexpr int kMaxHeadDim = 1024;
+inline constexpr size_t kMaxRowElements = size_t{1} << 26;  // keeps every in-row index an int
 
 // Where each part of a record lies (docs/formats.md).
 struct RecordLayout {
@@ -66,10 +67,15 @@ struct RecordLayout {
   constexpr size_t used_bytes() const { return num_scales ? scale_offset + scale_bytes() : payload_bytes; }
   constexpr size_t padding_bytes() const { return record_bytes - used_bytes(); }
 
-  // Errors: a row shape that is empty or has head_dim > kMaxHeadDim, a
-  // record_align that is not a power of two in [1, 4096], int4h with a head_dim
-  // that is not a power of two.
+  // Errors: a row shape that is empty, has head_dim > kMaxHeadDim or more than
+  // kMaxRowElements elements, a record_align that is not a power of two in
+  // [1, 4096], int4h with a head_dim that is not a power of two.
   static Result<RecordLayout> make(CodecKind codec, RowShape shape, size_t record_align = kDefaultRecordAlign);
+
+  // True when make() would have built exactly this layout. encode_rows and
+  // decode_rows check it, since the fields are public.
+  bool is_valid() const;
+  bool operator==(const RecordLayout&) const = default;
 
   // The arithmetic of make() without its checks: for arguments make() accepts.
   static constexpr RecordLayout compute(CodecKind codec, RowShape shape, size_t record_align) {
@@ -134,6 +140,11 @@ std::string_view codec_impl_name(CodecImpl impl);
 bool codec_impl_supported(CodecImpl impl);  // by this CPU and build
 CodecImpl best_codec_impl();                // what kAuto resolves to
 
+// Both functions run in the default floating-point environment (round to
+// nearest even, no flush-to-zero): they set it for the call and restore the
+// caller's, so a library that enabled FTZ/DAZ cannot change their output. A
+// layout that is not valid() is a programmer error (HIQ_CHECK).
+//
 // Encodes `num_rows` BF16 rows into consecutive records. Row r starts at
 // `src + r * src_row_stride` (elements; ≥ shape.elements()); record r is written
 // to `dst + r * layout.record_bytes`, padding zeroed. `stats` may be null.

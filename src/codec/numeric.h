@@ -26,11 +26,15 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-// float_to_bf16, but a finite value that rounds past the largest BF16 becomes
-// ±0x7F7F instead of ±Inf. Decoders use it: a scale rounded up by BF16 can make
-// q·scale exceed the largest BF16 by up to 2^-8 of it, and a finite input must
-// never come back infinite.
+// The rounding of every decoder: float_to_bf16, except that a finite value that
+// rounds past the largest BF16 becomes ±0x7F7F instead of ±Inf, and every NaN
+// becomes the canonical 0x7FC0. (A scale that BF16 rounded up can make q·scale
+// exceed the largest BF16 by up to 2^-8 of it, and a finite input must never
+// come back infinite. Which NaN payload survives a float operation depends on
+// operand order, which compilers may swap: canonical NaNs keep decoders
+// bit-identical everywhere, the GPU included.)
 inline uint16_t float_to_bf16_saturate(float f) {
+  if (std::isnan(f)) return kBf16QuietNan;
   const uint16_t h = float_to_bf16(f);
   if ((h & 0x7FFFu) == 0x7F80u && std::isfinite(f)) return static_cast<uint16_t>((h & 0x8000u) | 0x7F7Fu);
   return h;

@@ -19,11 +19,13 @@ Result<Versions> versions() {
 Result<std::vector<GpuInfo>> query_gpus() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver || (err == cudaSuccess && count == 0)) {
-    (void)cudaGetLastError();  // clear the sticky error
-    return unavailable(std::string("no usable CUDA device: ") + cudaGetErrorString(err));
+  // Any failure to count devices (no device, no or stub driver, a driver older
+  // than the runtime, devices busy) means no GPU is usable here, not a bug.
+  if (err != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();  // clear the error for later calls
+    return unavailable(std::string("no usable CUDA device: ") +
+                       (err == cudaSuccess ? "none found" : cudaGetErrorString(err)));
   }
-  HIQ_RETURN_IF_ERROR(cuda_status(err, "cudaGetDeviceCount"));
   std::vector<GpuInfo> gpus;
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp p{};

@@ -1,5 +1,7 @@
 #include "kv/geometry.h"
 
+#include <cstdint>
+
 namespace hiq {
 
 std::string_view l1_dtype_name(L1Dtype dtype) {
@@ -40,6 +42,9 @@ Status KvGeometry::validate() const {
   HIQ_RETURN_IF_ERROR(positive(k_head_dim, "k_head_dim"));
   HIQ_RETURN_IF_ERROR(positive(page_size, "page_size"));
   HIQ_RETURN_IF_ERROR(positive(tp_size, "tp_size"));
+  if (page_size > kMaxPageSize)
+    return out_of_range("KV geometry: 'page_size' " + std::to_string(page_size) + " exceeds " +
+                        std::to_string(kMaxPageSize));
   if (attention == AttentionKind::kMha) {
     HIQ_RETURN_IF_ERROR(positive(v_head_dim, "v_head_dim"));
   } else {
@@ -51,7 +56,7 @@ Status KvGeometry::validate() const {
   }
   HIQ_RETURN_IF_ERROR(positive(total_kv_heads, "total_kv_heads"));
   // Heads are split over TP ranks, or (more ranks than heads) each rank holds one replica.
-  const bool split = num_kv_heads * tp_size == total_kv_heads;
+  const bool split = int64_t{num_kv_heads} * tp_size == total_kv_heads;
   const bool replicated = num_kv_heads == 1 && tp_size % total_kv_heads == 0;
   if (!split && !replicated)
     return invalid_argument("KV geometry: " + std::to_string(num_kv_heads) + " KV heads per rank × tp " +

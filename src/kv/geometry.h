@@ -38,13 +38,15 @@ struct RowShape {
   bool operator==(const RowShape&) const = default;
 };
 
+inline constexpr int kMaxPageSize = 1 << 20;
+
 struct KvGeometry {
   std::string name;                        // for reports: preset name or config path
   int num_layers = 0;                      // attention layers that cache KV
   int num_kv_heads = 0;                    // KV heads held by one TP rank (1 for MLA)
   int k_head_dim = 0;                      // K head dim (MLA: kv_lora_rank + qk_rope_head_dim)
   int v_head_dim = 0;                      // V head dim; 0 for MLA, which caches no V row
-  int page_size = 1;                       // tokens per L1 page (SGLang --page-size)
+  int page_size = 1;                       // tokens per L1 page (SGLang --page-size), ≤ kMaxPageSize
   L1Dtype l1_dtype = L1Dtype::kBf16;       // element type of the L1 pool
   AttentionKind attention = AttentionKind::kMha;
   int tp_size = 1;                         // tensor-parallel ranks the heads were split over

@@ -1,6 +1,7 @@
 #include "kv/model_config.h"
 
 #include <array>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -62,7 +63,7 @@ class ConfigReader {
     if (!it->is_number_integer() && !it->is_number_unsigned())
       return error(field, "must be an integer (got " + it->dump() + ")");
     const auto v = it->get<int64_t>();
-    if (v <= 0 || v > (1 << 24)) return error(field, "must be a positive integer below 2^24 (got " + it->dump() + ")");
+    if (v <= 0 || v > (1 << 24)) return error(field, "must be a positive integer of at most 2^24 (got " + it->dump() + ")");
     return static_cast<int>(v);
   }
 
@@ -114,8 +115,9 @@ Result<KvGeometry> geometry_from_config_json(std::string_view json_text, std::st
 
   if (options.tp_size <= 0)
     return invalid_argument("--tp must be a positive integer (got " + std::to_string(options.tp_size) + ")");
-  if (options.page_size <= 0)
-    return invalid_argument("--page-size must be a positive integer (got " + std::to_string(options.page_size) + ")");
+  if (options.page_size <= 0 || options.page_size > kMaxPageSize)
+    return invalid_argument("--page-size must be an integer from 1 to " + std::to_string(kMaxPageSize) + " (got " +
+                            std::to_string(options.page_size) + ")");
 
   HIQ_ASSIGN_OR_RETURN(std::string model_type, reader.string("model_type"));
   KvGeometry g;
@@ -184,11 +186,24 @@ Result<KvGeometry> geometry_from_config_json(std::string_view json_text, std::st
 }
 
 Result<KvGeometry> geometry_from_config_file(const std::string& path, const GeometryOptions& options) {
-  std::filesystem::path file(path);
+  namespace fs = std::filesystem;
+  fs::path file(path);
   std::error_code ec;
-  if (std::filesystem::is_directory(file, ec)) file /= "config.json";
+  if (fs::is_directory(file, ec)) {
+    file /= "config.json";
+    if (!fs::exists(file, ec)) return not_found(path + ": a directory without config.json");
+  }
+  const fs::file_status status = fs::status(file, ec);
+  if (ec || !fs::exists(status)) return not_found(file.string() + ": no such file (nor a model preset)");
+  if (fs::is_directory(status)) return invalid_argument(file.string() + ": is a directory, not a config.json file");
+  if (!fs::is_regular_file(status)) return invalid_argument(file.string() + ": is not a regular file");
+  constexpr uintmax_t kMaxConfigBytes = 16u << 20;  // real configs are a few KB
+  const uintmax_t size = fs::file_size(file, ec);
+  if (ec) return data_loss(file.string() + ": cannot read its size: " + ec.message());
+  if (size > kMaxConfigBytes)
+    return invalid_argument(file.string() + ": " + std::to_string(size) + " bytes is too large for a config.json");
   std::ifstream in(file, std::ios::binary);
-  if (!in) return not_found(file.string() + ": cannot open (no such model preset or config file)");
+  if (!in) return not_found(file.string() + ": cannot open");
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return data_loss(file.string() + ": read failed");
@@ -209,8 +224,9 @@ std::optional<std::string_view> model_preset_config(std::string_view name) {
 
 Result<KvGeometry> resolve_model_geometry(const std::string& model, const GeometryOptions& options) {
   if (auto preset = model_preset_config(model)) return geometry_from_config_json(*preset, model, options);
+  std::error_code ec;
   if (model.find('/') == std::string::npos && model.find(".json") == std::string::npos &&
-      !std::filesystem::exists(model)) {
+      !std::filesystem::exists(model, ec)) {
     std::string names;
     for (std::string_view n : model_preset_names()) names += (names.empty() ? "" : ", ") + std::string(n);
     return not_found("unknown model '" + model + "': not a preset (" + names + ") nor a config.json path");

@@ -1,6 +1,8 @@
 // `hiq layout`: what one token of a model's KV costs in each L2 record format,
 // and how many tokens a host budget holds.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -23,7 +25,7 @@ struct LayoutFlags {
   int page_size = 1;
   std::string hicache_size = "8GB";
   std::string codecs = "all";
-  size_t record_align = kDefaultRecordAlign;
+  int64_t record_align = static_cast<int64_t>(kDefaultRecordAlign);  // signed: "-1" is an error, not 2^64-1
   bool json = false;
 };
 
@@ -40,27 +42,40 @@ struct LayoutRow {
 Result<std::vector<CodecKind>> parse_codec_list(const std::string& text) {
   if (text == "all") return std::vector<CodecKind>(std::begin(kAllCodecs), std::end(kAllCodecs));
   std::vector<CodecKind> out;
-  std::stringstream ss(text);
-  for (std::string name; std::getline(ss, name, ',');) {
-    HIQ_ASSIGN_OR_RETURN(CodecKind c, parse_codec(name));
-    out.push_back(c);
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (name.empty())
+      return invalid_argument("--hicache-codec '" + text + "' has an empty entry (expected e.g. int8,int4h or all)");
+    auto codec = parse_codec(name);
+    if (!codec) return codec.status().with_context("--hicache-codec");
+    if (std::find(out.begin(), out.end(), *codec) != out.end())
+      return invalid_argument("--hicache-codec names " + name + " twice");
+    out.push_back(*codec);
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
   }
-  if (out.empty()) return invalid_argument("--hicache-codec is empty (expected a codec, a list or 'all')");
-  return out;
 }
 
 Result<LayoutRow> layout_row(const KvGeometry& g, CodecKind codec, size_t align, uint64_t budget) {
   LayoutRow row{codec, {}, std::nullopt};
-  HIQ_ASSIGN_OR_RETURN(row.k, RecordLayout::make(codec, g.row_shape(KvPart::kK), align));
+  const auto make = [&](KvPart part) -> Result<RecordLayout> {
+    auto layout = RecordLayout::make(codec, g.row_shape(part), align);
+    if (!layout) return layout.status().with_context(g.name);
+    return layout;
+  };
+  HIQ_ASSIGN_OR_RETURN(row.k, make(KvPart::kK));
   size_t per_layer = row.k.record_bytes;
   if (g.attention == AttentionKind::kMha) {
-    HIQ_ASSIGN_OR_RETURN(RecordLayout v, RecordLayout::make(codec, g.row_shape(KvPart::kV), align));
+    HIQ_ASSIGN_OR_RETURN(RecordLayout v, make(KvPart::kV));
     per_layer += v.record_bytes;
     row.v = v;
   }
   row.bytes_per_token = per_layer * static_cast<size_t>(g.num_layers);
-  const uint64_t page_bytes = row.bytes_per_token * static_cast<uint64_t>(g.page_size);
-  row.capacity_tokens = budget / page_bytes * static_cast<uint64_t>(g.page_size);
+  // Whole pages only; dividing twice cannot overflow the way bytes × page_size can.
+  const auto page = static_cast<uint64_t>(g.page_size);
+  row.capacity_tokens = budget / row.bytes_per_token / page * page;
   const double l1 = static_cast<double>(g.l1_bytes_per_token());
   row.ratio_vs_bf16 = l1 / static_cast<double>(row.bytes_per_token);
   row.memory_reduction = 1.0 - static_cast<double>(row.bytes_per_token) / l1;
@@ -88,6 +103,12 @@ int run_layout(const LayoutFlags& f) {
   if (!geometry) return report_error("layout", geometry.status());
   auto budget = parse_byte_size(f.hicache_size, kGB);
   if (!budget) return report_error("layout", budget.status().with_context("--hicache-size"));
+  if (*budget == 0) return report_error("layout", invalid_argument("--hicache-size must be more than 0 bytes"));
+  if (f.record_align <= 0 || f.record_align > static_cast<int64_t>(kMaxRecordAlign))
+    return report_error("layout", invalid_argument("--record-align must be a power of two from 1 to " +
+                                                   std::to_string(kMaxRecordAlign) + " (got " +
+                                                   std::to_string(f.record_align) + ")"));
+  const auto record_align = static_cast<size_t>(f.record_align);
   auto codecs = parse_codec_list(f.codecs);
   if (!codecs) return report_error("layout", codecs.status());
 
@@ -98,7 +119,7 @@ int run_layout(const LayoutFlags& f) {
   std::vector<LayoutRow> rows;
   std::vector<std::pair<CodecKind, std::string>> unsupported;
   for (CodecKind c : *codecs) {
-    auto row = layout_row(g, c, f.record_align, *budget);
+    auto row = layout_row(g, c, record_align, *budget);
     if (row) {
       rows.push_back(*row);
     } else if (all && row.status().code() == StatusCode::kInvalidArgument && c == CodecKind::kInt4H) {
@@ -121,7 +142,7 @@ int run_layout(const LayoutFlags& f) {
           {"tp", g.tp_size},
           {"page_size", g.page_size},
           {"codec", codec_name(r.codec)},
-          {"record_align", f.record_align},
+          {"record_align", record_align},
           {"bytes_per_row", r.k.record_bytes},
           {"bytes_per_row_v", r.v ? nlohmann::json(r.v->record_bytes) : nlohmann::json(nullptr)},
           {"payload_bytes", r.k.payload_bytes},
@@ -138,7 +159,8 @@ int run_layout(const LayoutFlags& f) {
     }
     for (const auto& [codec, reason] : unsupported)
       out.push_back({{"model", g.name}, {"codec", codec_name(codec)}, {"supported", false}, {"reason", reason}});
-    std::cout << out.dump(2) << '\n';
+    // Paths need not be UTF-8: replace invalid bytes rather than throw.
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     return 0;
   }
 
@@ -148,7 +170,7 @@ int run_layout(const LayoutFlags& f) {
   if (g.attention == AttentionKind::kMha && g.v_head_dim != g.k_head_dim) std::cout << " (K) / " << g.v_head_dim << " (V)";
   std::cout << ", " << l1_dtype_name(g.l1_dtype) << " L1: " << format_count(g.l1_bytes_per_token())
             << " B/token\nhost budget " << format_bytes(*budget) << " (" << format_count(*budget)
-            << " B), record align " << f.record_align << " B, page size " << g.page_size << "\n\n";
+            << " B), record align " << record_align << " B, page size " << g.page_size << "\n\n";
   const bool split_kv = g.attention == AttentionKind::kMha && g.v_head_dim != g.k_head_dim;
   Table table({"codec", split_kv ? "B/row K/V" : "B/row", "payload", "scales", "padding", "B/token",
                "L2 tokens", "vs bf16", "memory"});

@@ -1,5 +1,6 @@
 // hiq — the one command-line tool of HiQCache.
 #include <cstdio>
+#include <exception>
 #include <vector>
 
 #include "tools/hiq/commands.h"
@@ -24,7 +25,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  for (const auto& command : commands)
-    if (command.app->parsed()) return command.run();
+  try {
+    for (const auto& command : commands)
+      if (command.app->parsed()) return command.run();
+  } catch (const std::exception& e) {  // a bug, but the user still gets a message, not an abort
+    std::fprintf(stderr, "hiq: error: %s\n", e.what());
+    return 1;
+  }
   return 2;
 }

@@ -46,6 +46,22 @@ TEST(Bf16, NanStaysNan) {
   }
 }
 
+TEST(Bf16, DecoderRoundingSaturatesAndCanonicalisesNan) {
+  EXPECT_EQ(float_to_bf16_saturate(std::bit_cast<float>(0x7F7F7FFFu)), 0x7F7F);  // rounds down anyway
+  EXPECT_EQ(float_to_bf16_saturate(std::bit_cast<float>(0x7F7F8000u)), 0x7F7F);  // tie would go to +Inf
+  EXPECT_EQ(float_to_bf16_saturate(std::bit_cast<float>(0x7F7FFFFFu)), 0x7F7F);
+  EXPECT_EQ(float_to_bf16_saturate(std::bit_cast<float>(0xFF7F8000u)), 0xFF7F);
+  EXPECT_EQ(float_to_bf16_saturate(std::numeric_limits<float>::infinity()), 0x7F80);  // Inf is not finite input
+  EXPECT_EQ(float_to_bf16_saturate(-std::numeric_limits<float>::infinity()), 0xFF80);
+  for (uint32_t nan : {0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0xFFFFFFFFu})
+    EXPECT_EQ(float_to_bf16_saturate(std::bit_cast<float>(nan)), kBf16QuietNan) << std::hex << nan;
+  std::mt19937 rng(2);
+  for (int i = 0; i < 100000; ++i) {  // elsewhere it is float_to_bf16
+    const float f = std::bit_cast<float>(static_cast<uint32_t>(rng()));
+    if (std::fabs(f) < 3.3e38f) ASSERT_EQ(float_to_bf16_saturate(f), float_to_bf16(f)) << f;
+  }
+}
+
 TEST(Bf16, EveryBf16SurvivesTheRoundTripThroughFloat) {
   for (uint32_t h = 0; h <= 0xFFFF; ++h) {
     if (!bf16_is_finite(static_cast<uint16_t>(h))) continue;

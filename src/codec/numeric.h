@@ -34,10 +34,14 @@ inline uint16_t float_to_bf16(float f) {
 // operand order, which compilers may swap: canonical NaNs keep decoders
 // bit-identical everywhere, the GPU included.)
 inline uint16_t float_to_bf16_saturate(float f) {
-  if (std::isnan(f)) return kBf16QuietNan;
-  const uint16_t h = float_to_bf16(f);
-  if ((h & 0x7FFFu) == 0x7F80u && std::isfinite(f)) return static_cast<uint16_t>((h & 0x8000u) | 0x7F7Fu);
-  return h;
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t magnitude = u & 0x7FFFFFFFu;
+  if (magnitude >= 0x7F7F8000u) [[unlikely]] {  // NaN, ±Inf, or a finite value that rounds to ±Inf
+    if (magnitude > 0x7F800000u) return kBf16QuietNan;
+    if (magnitude == 0x7F800000u) return static_cast<uint16_t>(u >> 16);
+    return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7F7Fu);
+  }
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
 // FP8 E4M3 ("fn" variant: no infinities, 0x7F/0xFF are NaN, max finite 448).

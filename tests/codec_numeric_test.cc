@@ -58,7 +58,9 @@ TEST(Bf16, DecoderRoundingSaturatesAndCanonicalisesNan) {
   std::mt19937 rng(2);
   for (int i = 0; i < 100000; ++i) {  // elsewhere it is float_to_bf16
     const float f = std::bit_cast<float>(static_cast<uint32_t>(rng()));
-    if (std::fabs(f) < 3.3e38f) ASSERT_EQ(float_to_bf16_saturate(f), float_to_bf16(f)) << f;
+    if (std::fabs(f) < 3.3e38f) {
+      ASSERT_EQ(float_to_bf16_saturate(f), float_to_bf16(f)) << f;
+    }
   }
 }
 

@@ -1,0 +1,73 @@
+// memory/host_kv_pool.h — L2: the host-memory tier, holding KV as encoded records.
+//
+// One record per (slot, layer, K|V) in the pool's codec (docs/formats.md),
+// laid out layer-first like L1:
+//
+//   [layer 0: K records of every slot | V records][layer 1: …] …
+//
+// so restoring one layer of a run of slots reads one region. Capacity is
+// computed from the *encoded* bytes per token: a smaller codec holds more
+// tokens in the same budget. The whole budget is reserved (and its pages
+// touched) at creation, so a budget the machine cannot hold fails then.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "codec/codec.h"
+#include "core/status.h"
+#include "kv/geometry.h"
+#include "memory/mapped_region.h"
+#include "memory/slot_allocator.h"
+
+namespace hiq {
+
+struct HostKvPoolOptions {
+  CodecKind codec = CodecKind::kBf16;          // --hicache-codec
+  size_t record_align = kDefaultRecordAlign;   // --record-align
+  uint64_t size_bytes = 0;                     // --hicache-size; 0: size from `ratio`
+  double ratio = 2.0;                          // --hicache-ratio: L2 tokens per L1 token (SGLang's default)
+  bool populate = true;                        // touch every page at creation
+};
+
+class HostKvPool {
+ public:
+  // Sizes the pool from options.size_bytes, or else from options.ratio ×
+  // `l1_tokens`, in whole pages of the geometry. Errors: a geometry or codec
+  // the record formats cannot take (e.g. int4h on head_dim 96), a budget too
+  // small for one page, a ratio that is not positive, or memory the machine
+  // does not have.
+  static Result<std::unique_ptr<HostKvPool>> create(const KvGeometry& geometry, const HostKvPoolOptions& options,
+                                                   size_t l1_tokens);
+
+  const KvGeometry& geometry() const { return geometry_; }
+  CodecKind codec() const { return codec_; }
+  const RecordLayout& layout(KvPart part) const { return part == KvPart::kK ? k_layout_ : v_layout_; }
+  size_t capacity_tokens() const { return capacity_tokens_; }
+  // Encoded bytes of one token: every layer's K and V record, padding included.
+  size_t bytes_per_token() const { return bytes_per_token_; }
+  size_t reserved_bytes() const { return memory_.size(); }
+
+  SlotAllocator& allocator() { return allocator_; }
+  const SlotAllocator& allocator() const { return allocator_; }
+
+  // The first record of a (layer, part) plane; records follow each other.
+  std::byte* plane(int layer, KvPart part);
+  std::byte* record(int layer, KvPart part, SlotId slot) {
+    return plane(layer, part) + slot * layout(part).record_bytes;
+  }
+
+ private:
+  HostKvPool(const KvGeometry& geometry, CodecKind codec, RecordLayout k, RecordLayout v, size_t capacity,
+             MappedRegion memory);
+
+  KvGeometry geometry_;
+  CodecKind codec_;
+  RecordLayout k_layout_, v_layout_;  // v_layout_ is unused (and empty) for MLA
+  size_t capacity_tokens_;
+  size_t bytes_per_token_;
+  MappedRegion memory_;
+  SlotAllocator allocator_;
+};
+
+}  // namespace hiq

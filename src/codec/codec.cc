@@ -158,6 +158,32 @@ void decode_rows(const RecordLayout& layout, const std::byte* src, size_t num_ro
   for (size_t r = 0; r < num_rows; ++r) decode(layout, src + r * layout.record_bytes, dst + r * dst_row_stride);
 }
 
+void encode_rows_indexed(const RecordLayout& layout, const uint16_t* src_plane, std::span<const uint32_t> src_rows,
+                         std::byte* dst_plane, std::span<const uint32_t> dst_records, CodecStats* stats,
+                         CodecImpl impl) {
+  HIQ_CHECK_MSG(layout.is_valid(), "encode_rows_indexed: record layout not built by RecordLayout::make");
+  HIQ_CHECK(src_rows.size() == dst_records.size());
+  const DefaultFloatEnvironment float_environment;
+  const auto encode = kernels_for(layout, impl).encode[codec_detail::codec_index(layout.codec)];
+  const size_t row = layout.shape.elements();
+  CodecStats local;
+  for (size_t i = 0; i < src_rows.size(); ++i)
+    encode(layout, src_plane + src_rows[i] * row, dst_plane + dst_records[i] * layout.record_bytes, local);
+  local.rows += src_rows.size();
+  if (stats) *stats += local;
+}
+
+void decode_rows_indexed(const RecordLayout& layout, const std::byte* src_plane, std::span<const uint32_t> src_records,
+                         uint16_t* dst_plane, std::span<const uint32_t> dst_rows, CodecImpl impl) {
+  HIQ_CHECK_MSG(layout.is_valid(), "decode_rows_indexed: record layout not built by RecordLayout::make");
+  HIQ_CHECK(src_records.size() == dst_rows.size());
+  const DefaultFloatEnvironment float_environment;
+  const auto decode = kernels_for(layout, impl).decode[codec_detail::codec_index(layout.codec)];
+  const size_t row = layout.shape.elements();
+  for (size_t i = 0; i < src_records.size(); ++i)
+    decode(layout, src_plane + src_records[i] * layout.record_bytes, dst_plane + dst_rows[i] * row);
+}
+
 namespace codec_detail {
 #ifndef HIQ_HAVE_X86_SIMD
 const KernelTable* avx2_kernels() { return nullptr; }

@@ -156,4 +156,14 @@ void encode_rows(const RecordLayout& layout, const uint16_t* src, size_t src_row
 void decode_rows(const RecordLayout& layout, const std::byte* src, size_t num_rows, uint16_t* dst,
                  size_t dst_row_stride, CodecImpl impl = CodecImpl::kAuto);
 
+// Gather/scatter forms for the transfer engine: row `src_rows[i]` of a plane of
+// contiguous rows (`shape.elements()` each) is encoded into record
+// `dst_records[i]` of a plane of contiguous records, and back. The spans must
+// have equal lengths.
+void encode_rows_indexed(const RecordLayout& layout, const uint16_t* src_plane, std::span<const uint32_t> src_rows,
+                         std::byte* dst_plane, std::span<const uint32_t> dst_records, CodecStats* stats = nullptr,
+                         CodecImpl impl = CodecImpl::kAuto);
+void decode_rows_indexed(const RecordLayout& layout, const std::byte* src_plane, std::span<const uint32_t> src_records,
+                         uint16_t* dst_plane, std::span<const uint32_t> dst_rows, CodecImpl impl = CodecImpl::kAuto);
+
 }  // namespace hiq

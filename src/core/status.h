@@ -82,6 +82,7 @@ class [[nodiscard]] Result {
   T&& value() && { return std::get<T>(std::move(state_)); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 

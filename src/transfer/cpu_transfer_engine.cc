@@ -1,0 +1,263 @@
+// transfer/cpu_transfer_engine.cc — the TransferEngine on CPU worker threads.
+//
+// Each operation becomes one task per layer, queued in order (operation by
+// operation, layer 0 first), so the first layers of a load are ready first.
+// Workers run tasks outside the lock; one mutex guards the queue, the
+// operations and the counters, and one condition variable wakes waiters
+// whenever any layer finishes.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/check.h"
+#include "transfer/transfer_engine.h"
+
+namespace hiq {
+
+std::string_view transfer_kind_name(TransferKind kind) {
+  return kind == TransferKind::kBackup ? "backup" : "load";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class LayerState : uint8_t { kPending, kDone, kFailed };
+
+struct Operation {
+  Ticket ticket = 0;
+  TransferKind kind = TransferKind::kBackup;
+  std::vector<SlotId> src, dst;
+  std::vector<LayerState> layers;
+  int layers_left = 0;
+  Status status;  // the first failure, if any
+  Clock::time_point submitted;
+
+  bool complete() const { return layers_left == 0; }
+};
+
+class CpuTransferEngine final : public TransferEngine {
+ public:
+  CpuTransferEngine(DeviceKvPool& l1, HostKvPool& l2, TransferEngineOptions options)
+      : l1_(l1), l2_(l2), options_(std::move(options)) {
+    for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { work(); });
+  }
+
+  ~CpuTransferEngine() override {
+    drain();  // the pools' memory must not be touched after we return
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  Result<Ticket> backup(std::span<const SlotId> l1_slots, std::span<const SlotId> l2_slots) override {
+    return submit(TransferKind::kBackup, l1_slots, l1_.num_slots(), l2_slots, l2_.capacity_tokens());
+  }
+
+  Result<Ticket> load(std::span<const SlotId> l2_slots, std::span<const SlotId> l1_slots) override {
+    return submit(TransferKind::kLoad, l2_slots, l2_.capacity_tokens(), l1_slots, l1_.num_slots());
+  }
+
+  Status wait_layer(Ticket ticket, int layer) override {
+    std::unique_lock lock(mu_);
+    Operation* op = find(ticket);
+    if (!op) return unknown_ticket(ticket);
+    if (layer < 0 || layer >= static_cast<int>(op->layers.size()))
+      return out_of_range("layer " + std::to_string(layer) + " of a " + std::to_string(op->layers.size()) +
+                          "-layer model");
+    done_cv_.wait(lock, [&] { return op->layers[layer] != LayerState::kPending || !op->status.is_ok(); });
+    return op->status;
+  }
+
+  Status wait(Ticket ticket) override {
+    std::unique_lock lock(mu_);
+    Operation* op = find(ticket);
+    if (!op) return unknown_ticket(ticket);
+    done_cv_.wait(lock, [&] { return op->complete(); });
+    return op->status;
+  }
+
+  Result<bool> layer_ready(Ticket ticket, int layer) override {
+    std::lock_guard lock(mu_);
+    Operation* op = find(ticket);
+    if (!op) return unknown_ticket(ticket);
+    if (layer < 0 || layer >= static_cast<int>(op->layers.size())) return out_of_range("no such layer");
+    return op->layers[layer] == LayerState::kDone && op->status.is_ok();
+  }
+
+  std::vector<Completion> poll() override {
+    std::lock_guard lock(mu_);
+    std::vector<Completion> out;
+    while (!ops_.empty() && ops_.front()->complete()) {
+      const Operation& op = *ops_.front();
+      out.push_back({op.ticket, op.kind, op.src.size(), op.status});
+      ops_.pop_front();
+    }
+    return out;
+  }
+
+  void drain() override {
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return inflight_ == 0; });
+  }
+
+  TransferStats stats() const override {
+    std::lock_guard lock(mu_);
+    return stats_;
+  }
+
+ private:
+  Result<Ticket> submit(TransferKind kind, std::span<const SlotId> src, size_t src_slots, std::span<const SlotId> dst,
+                        size_t dst_slots) {
+    const std::string what(transfer_kind_name(kind));
+    if (src.size() != dst.size())
+      return invalid_argument(what + ": " + std::to_string(src.size()) + " source slots but " +
+                              std::to_string(dst.size()) + " destination slots");
+    for (SlotId s : src)
+      if (s >= src_slots) return out_of_range(what + ": source slot " + std::to_string(s) + " beyond the pool");
+    for (SlotId s : dst)
+      if (s >= dst_slots) return out_of_range(what + ": destination slot " + std::to_string(s) + " beyond the pool");
+
+    auto op = std::make_shared<Operation>();
+    op->kind = kind;
+    op->src.assign(src.begin(), src.end());
+    op->dst.assign(dst.begin(), dst.end());
+    const int layers = l1_.geometry().num_layers;
+    op->layers.assign(static_cast<size_t>(layers), LayerState::kPending);
+    op->layers_left = layers;
+    op->submitted = Clock::now();
+    {
+      std::lock_guard lock(mu_);
+      if (ops_.size() >= options_.max_inflight) {
+        ++stats_.refused_ops;
+        return resource_exhausted(what + ": " + std::to_string(ops_.size()) +
+                                  " transfers are in flight or unacknowledged, the most allowed");
+      }
+      op->ticket = next_ticket_++;
+      ++inflight_;
+      ops_.push_back(op);
+      for (int layer = 0; layer < layers; ++layer) queue_.push_back({op, layer});
+    }
+    work_cv_.notify_all();
+    return op->ticket;
+  }
+
+  struct Task {
+    std::shared_ptr<Operation> op;
+    int layer;
+  };
+
+  void work() {
+    while (true) {
+      Task task;
+      {
+        std::unique_lock lock(mu_);
+        work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, and nothing left to do
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Operation& op = *task.op;
+      Status status;
+      CodecStats codec;
+      {
+        std::unique_lock lock(mu_);
+        status = op.status;  // a failed operation runs no further layers
+      }
+      if (status.is_ok() && options_.before_layer) status = options_.before_layer(op.ticket, op.kind, task.layer);
+      if (status.is_ok()) run_layer(op, task.layer, codec);
+      finish_layer(op, task.layer, status, codec);
+    }
+  }
+
+  void run_layer(const Operation& op, int layer, CodecStats& codec) {
+    const int parts = l1_.geometry().rows_per_layer();
+    for (int p = 0; p < parts; ++p) {
+      const auto part = static_cast<KvPart>(p);
+      if (op.kind == TransferKind::kBackup) {
+        encode_rows_indexed(l2_.layout(part), l1_.plane(layer, part), op.src, l2_.plane(layer, part), op.dst, &codec,
+                            options_.codec_impl);
+      } else {
+        decode_rows_indexed(l2_.layout(part), l2_.plane(layer, part), op.src, l1_.plane(layer, part), op.dst,
+                            options_.codec_impl);
+      }
+    }
+  }
+
+  void finish_layer(Operation& op, int layer, const Status& status, const CodecStats& codec) {
+    {
+      std::lock_guard lock(mu_);
+      stats_.codec += codec;
+      if (!status.is_ok() && op.status.is_ok()) op.status = status;
+      op.layers[layer] = status.is_ok() ? LayerState::kDone : LayerState::kFailed;
+      if (--op.layers_left == 0) {
+        --inflight_;
+        const double seconds = std::chrono::duration<double>(Clock::now() - op.submitted).count();
+        const uint64_t tokens = op.src.size(), bytes = tokens * l2_.bytes_per_token();
+        if (!op.status.is_ok()) {
+          ++stats_.failed_ops;
+        } else if (op.kind == TransferKind::kBackup) {
+          ++stats_.backup_ops;
+          stats_.backup_tokens += tokens;
+          stats_.backup_bytes += bytes;
+          stats_.backup_seconds += seconds;
+        } else {
+          ++stats_.load_ops;
+          stats_.load_tokens += tokens;
+          stats_.load_bytes += bytes;
+          stats_.load_seconds += seconds;
+        }
+      }
+    }
+    done_cv_.notify_all();
+  }
+
+  Operation* find(Ticket ticket) {
+    for (auto& op : ops_)
+      if (op->ticket == ticket) return op.get();
+    return nullptr;
+  }
+
+  static Status unknown_ticket(Ticket ticket) {
+    return not_found("transfer ticket " + std::to_string(ticket) + " is unknown or already acknowledged");
+  }
+
+  DeviceKvPool& l1_;
+  HostKvPool& l2_;
+  const TransferEngineOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Task> queue_;                      // layers waiting for a worker
+  std::deque<std::shared_ptr<Operation>> ops_;  // submitted, not yet acknowledged, in order
+  size_t inflight_ = 0;                         // submitted, not yet complete (≤ ops_.size())
+  Ticket next_ticket_ = 1;
+  bool stopping_ = false;
+  TransferStats stats_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<TransferEngine>> make_cpu_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
+                                                                 TransferEngineOptions options) {
+  if (!l1.host_accessible()) return invalid_argument("the CPU transfer engine needs an L1 pool in host memory");
+  if (!(l1.geometry().num_layers == l2.geometry().num_layers &&
+        l1.geometry().row_shape(KvPart::kK) == l2.geometry().row_shape(KvPart::kK) &&
+        l1.geometry().row_shape(KvPart::kV) == l2.geometry().row_shape(KvPart::kV)))
+    return invalid_argument("L1 and L2 pools have different KV geometries");
+  if (options.workers < 1) return invalid_argument("the transfer engine needs at least one worker");
+  if (options.max_inflight < 1) return invalid_argument("max_inflight must be at least 1");
+  if (!codec_impl_supported(options.codec_impl))
+    return unavailable("codec implementation " + std::string(codec_impl_name(options.codec_impl)) +
+                       " is not supported on this CPU");
+  return std::unique_ptr<TransferEngine>(new CpuTransferEngine(l1, l2, std::move(options)));
+}
+
+}  // namespace hiq

@@ -1,0 +1,524 @@
+#include "cache/radix_cache.h"
+
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <set>
+#include <tuple>
+
+#include "core/check.h"
+
+namespace hiq {
+
+std::string_view write_policy_name(WritePolicy policy) {
+  switch (policy) {
+    case WritePolicy::kWriteThrough: return "write_through";
+    case WritePolicy::kWriteThroughSelective: return "write_through_selective";
+    case WritePolicy::kWriteBack: return "write_back";
+  }
+  return "?";
+}
+
+Result<WritePolicy> parse_write_policy(std::string_view name) {
+  for (WritePolicy p : {WritePolicy::kWriteThrough, WritePolicy::kWriteThroughSelective, WritePolicy::kWriteBack})
+    if (write_policy_name(p) == name) return p;
+  return invalid_argument("--hicache-write-policy '" + std::string(name) +
+                          "' is not one of write_through, write_through_selective, write_back");
+}
+
+enum class NodeTransfer : uint8_t { kNone, kBackup, kLoad };
+
+struct RadixNode {
+  std::vector<TokenId> key;  // the tokens on the edge from the parent: whole pages
+  std::vector<SlotId> l1;    // L1 slots of those tokens, or empty
+  std::vector<SlotId> l2;    // L2 slots of those tokens, or empty
+  NodeTransfer transfer = NodeTransfer::kNone;
+  RadixNode* parent = nullptr;
+  std::map<std::vector<TokenId>, std::unique_ptr<RadixNode>> children;  // keyed by the child's first page
+  int lock_ref = 0;          // locks on this node or a descendant
+  uint64_t last_access = 0;  // logical time of the last match or insert
+  uint64_t hits = 0;         // matches that reached this node
+
+  size_t size() const { return key.size(); }
+  // L1 slots hold this node's KV now (not still arriving from L2).
+  bool in_l1() const { return !l1.empty() && transfer != NodeTransfer::kLoad; }
+  // L2 slots hold this node's KV now (not still being written).
+  bool in_l2() const { return !l2.empty() && transfer != NodeTransfer::kBackup; }
+  bool host_only() const { return l1.empty() && !l2.empty() && transfer == NodeTransfer::kNone; }
+  bool has_l1_child() const {
+    return std::any_of(children.begin(), children.end(), [](const auto& c) { return !c.second->l1.empty(); });
+  }
+};
+
+// ---- CacheLock --------------------------------------------------------------------
+
+CacheLock::CacheLock(CacheLock&& other) noexcept
+    : cache_(std::exchange(other.cache_, nullptr)), node_(std::exchange(other.node_, nullptr)) {}
+
+CacheLock& CacheLock::operator=(CacheLock&& other) noexcept {
+  if (this != &other) {
+    release();
+    cache_ = std::exchange(other.cache_, nullptr);
+    node_ = std::exchange(other.node_, nullptr);
+  }
+  return *this;
+}
+
+void CacheLock::release() {
+  if (node_) cache_->unlock(node_);
+  cache_ = nullptr;
+  node_ = nullptr;
+}
+
+// ---- RadixCache ---------------------------------------------------------------------
+
+RadixCache::RadixCache(DeviceKvPool& l1, HostKvPool* l2, TransferEngine* engine, RadixCacheOptions options)
+    : l1_(l1),
+      l2_(l2),
+      engine_(engine),
+      options_(options),
+      page_size_(static_cast<size_t>(l1.geometry().page_size)),
+      root_(std::make_unique<RadixNode>()) {
+  HIQ_CHECK_MSG((l2 == nullptr) == (engine == nullptr), "a host tier needs a transfer engine, and only then");
+}
+
+RadixCache::~RadixCache() {
+  if (engine_) engine_->drain();  // no transfer may touch slots after the tree is gone
+}
+
+CacheLock RadixCache::lock(RadixNode* node) {
+  HIQ_CHECK(node != nullptr);
+  for (RadixNode* n = node; n != nullptr; n = n->parent) ++n->lock_ref;
+  return CacheLock(this, node);
+}
+
+void RadixCache::unlock(RadixNode* node) {
+  for (RadixNode* n = node; n != nullptr; n = n->parent) {
+    HIQ_CHECK_MSG(n->lock_ref > 0, "unbalanced cache lock");
+    --n->lock_ref;
+  }
+}
+
+namespace {
+
+size_t common_prefix(std::span<const TokenId> a, std::span<const TokenId> b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+std::vector<TokenId> first_page(std::span<const TokenId> tokens, size_t page) {
+  return {tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(page)};
+}
+
+template <typename T>
+std::vector<T> tail(std::vector<T>& v, size_t from) {
+  if (v.empty()) return {};
+  std::vector<T> out(v.begin() + static_cast<std::ptrdiff_t>(from), v.end());
+  v.resize(from);
+  return out;
+}
+
+}  // namespace
+
+RadixNode* RadixCache::split(RadixNode* node, size_t at) {
+  HIQ_CHECK(at > 0 && at < node->size() && at % page_size_ == 0);
+  auto head = std::make_unique<RadixNode>();
+  RadixNode* parent = node->parent;
+  auto& slot_in_parent = parent->children.at(first_page(node->key, page_size_));
+  std::unique_ptr<RadixNode> owned = std::move(slot_in_parent);
+
+  head->key.assign(node->key.begin(), node->key.begin() + static_cast<std::ptrdiff_t>(at));
+  node->key.erase(node->key.begin(), node->key.begin() + static_cast<std::ptrdiff_t>(at));
+  head->l1 = std::move(node->l1);
+  node->l1 = tail(head->l1, at);
+  head->l2 = std::move(node->l2);
+  node->l2 = tail(head->l2, at);
+  // Every lock through `node` also passes through `head`.
+  head->lock_ref = node->lock_ref;
+  head->last_access = node->last_access;
+  head->hits = node->hits;
+  // A transfer in flight covers both halves: both settle when it completes.
+  head->transfer = node->transfer;
+  if (node->transfer != NodeTransfer::kNone) {
+    auto entry = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& e) {
+      return std::find(e.second.begin(), e.second.end(), node) != e.second.end();
+    });
+    HIQ_CHECK_MSG(entry != inflight_.end(), "a node under transfer that no transfer lists");
+    entry->second.push_back(head.get());
+  }
+  head->parent = parent;
+  node->parent = head.get();
+  RadixNode* result = head.get();
+  head->children.emplace(first_page(node->key, page_size_), std::move(owned));
+  slot_in_parent = std::move(head);
+  return result;
+}
+
+PrefixMatch RadixCache::match_prefix(std::span<const TokenId> tokens) {
+  ++stats_.match_calls;
+  stats_.match_tokens += tokens.size();
+  PrefixMatch m;
+  m.l1_node = root_.get();
+  const size_t n = tokens.size() / page_size_ * page_size_;
+  RadixNode* node = root_.get();
+  size_t pos = 0;
+  std::vector<RadixNode*> touched;
+  while (pos < n) {
+    auto it = node->children.find(first_page(tokens.subspan(pos), page_size_));
+    if (it == node->children.end()) break;
+    RadixNode* child = it->second.get();
+    const size_t common = common_prefix(child->key, tokens.subspan(pos, n - pos)) / page_size_ * page_size_;
+    if (common == 0) break;
+    if (common < child->size()) child = split(child, common);
+    if (child->in_l1() && m.host_node == nullptr) {
+      m.l1_slots.insert(m.l1_slots.end(), child->l1.begin(), child->l1.end());
+      m.l1_node = child;
+    } else if (child->host_only()) {
+      m.host_tokens += child->size();
+      m.host_node = child;
+    } else {
+      break;  // still arriving from L2: treat the rest as a miss
+    }
+    touched.push_back(child);
+    pos += child->size();
+    node = child;
+  }
+  const uint64_t now = tick();
+  for (RadixNode* t : touched) {
+    t->last_access = now;
+    ++t->hits;
+  }
+  stats_.hit_tokens_l1 += m.l1_slots.size();
+  stats_.hit_tokens_l2 += m.host_tokens;
+  if (options_.write_policy == WritePolicy::kWriteThroughSelective)
+    for (RadixNode* t : touched) maybe_backup(t);
+  return m;
+}
+
+RadixNode* RadixCache::insert(std::span<const TokenId> tokens, std::span<const SlotId> l1_slots) {
+  HIQ_CHECK(l1_slots.size() == tokens.size());
+  const size_t n = tokens.size() / page_size_ * page_size_;
+  RadixNode* node = root_.get();
+  size_t pos = 0;
+  const uint64_t now = tick();
+  const auto free_duplicate = [&](size_t i) { HIQ_CHECK(l1_.allocator().free(l1_slots.subspan(i, 1)).is_ok()); };
+  while (pos < n) {
+    const std::span<const TokenId> rest = tokens.subspan(pos, n - pos);
+    auto it = node->children.find(first_page(rest, page_size_));
+    if (it == node->children.end()) {
+      auto leaf = std::make_unique<RadixNode>();
+      leaf->key.assign(rest.begin(), rest.end());
+      leaf->l1.assign(l1_slots.begin() + static_cast<std::ptrdiff_t>(pos),
+                      l1_slots.begin() + static_cast<std::ptrdiff_t>(n));
+      leaf->parent = node;
+      leaf->last_access = now;
+      RadixNode* added = leaf.get();
+      node->children.emplace(first_page(rest, page_size_), std::move(leaf));
+      l1_tokens_ += added->size();
+      stats_.inserted_tokens += added->size();
+      maybe_backup(added);
+      return added;
+    }
+    RadixNode* child = it->second.get();
+    const size_t common = common_prefix(child->key, rest) / page_size_ * page_size_;
+    if (common < child->size()) child = split(child, common);
+    if (!child->l1.empty()) {
+      // Already in L1 (or arriving). The caller may pass the tree's own slots
+      // for this part (a matched prefix); any other slot is a duplicate.
+      for (size_t i = 0; i < child->size(); ++i)
+        if (l1_slots[pos + i] != child->l1[i]) free_duplicate(pos + i);
+    } else {
+      // Host-only: adopt the freshly computed KV as its L1 copy.
+      child->l1.assign(l1_slots.begin() + static_cast<std::ptrdiff_t>(pos),
+                       l1_slots.begin() + static_cast<std::ptrdiff_t>(pos + child->size()));
+      l1_tokens_ += child->size();
+    }
+    child->last_access = now;
+    pos += child->size();
+    node = child;
+  }
+  return node;
+}
+
+void RadixCache::maybe_backup(RadixNode* node) {
+  if (!l2_ || !node->l2.empty() || node->transfer != NodeTransfer::kNone || !node->in_l1()) return;
+  if (options_.write_policy == WritePolicy::kWriteThrough ||
+      (options_.write_policy == WritePolicy::kWriteThroughSelective &&
+       node->hits >= static_cast<uint64_t>(options_.write_through_threshold)))
+    start_backup(node);
+}
+
+void RadixCache::start_backup(RadixNode* node) {
+  auto slots = allocate_l2(node->size());
+  if (!slots) {
+    stats_.backup_skipped_tokens += node->size();
+    return;
+  }
+  auto ticket = engine_->backup(node->l1, *slots);
+  if (!ticket) {  // the engine is saturated: try again at a later write
+    HIQ_CHECK(l2_->allocator().free(*slots).is_ok());
+    stats_.backup_skipped_tokens += node->size();
+    return;
+  }
+  node->l2 = std::move(*slots);
+  node->transfer = NodeTransfer::kBackup;
+  l2_tokens_ += node->size();
+  inflight_.push_back({*ticket, {node}});
+}
+
+Result<std::vector<SlotId>> RadixCache::allocate_l1(size_t tokens) {
+  if (l1_.allocator().free_count() < tokens) evict_l1(tokens - l1_.allocator().free_count());
+  return l1_.allocator().allocate(tokens);
+}
+
+Result<std::vector<SlotId>> RadixCache::allocate_l2(size_t tokens) {
+  if (l2_->allocator().free_count() < tokens) evict_l2(tokens - l2_->allocator().free_count());
+  return l2_->allocator().allocate(tokens);
+}
+
+bool RadixCache::l1_evictable(const RadixNode* node) const {
+  return node != root_.get() && node->in_l1() && node->transfer == NodeTransfer::kNone && node->lock_ref == 0 &&
+         !node->has_l1_child();
+}
+
+void RadixCache::drop(RadixNode* node) {
+  while (!node->children.empty()) drop(node->children.begin()->second.get());
+  HIQ_CHECK(node->transfer == NodeTransfer::kNone && node->lock_ref == 0);
+  if (!node->l1.empty()) {
+    HIQ_CHECK(l1_.allocator().free(node->l1).is_ok());
+    l1_tokens_ -= node->size();
+    stats_.l1_dropped_tokens += node->size();
+  }
+  if (!node->l2.empty()) {
+    HIQ_CHECK(l2_->allocator().free(node->l2).is_ok());
+    l2_tokens_ -= node->size();
+    stats_.l2_evicted_tokens += node->size();
+  }
+  RadixNode* parent = node->parent;
+  parent->children.erase(first_page(node->key, page_size_));  // destroys `node`
+}
+
+size_t RadixCache::evict_l1(size_t tokens) {
+  // Victims are L1 leaves (no child in L1). Freeing one can make its parent a
+  // leaf, which then competes with the rest.
+  using Entry = std::tuple<uint64_t, uint64_t, RadixNode*>;  // priority, tie-break, node
+  const auto priority = [&](const RadixNode* n) {
+    return options_.eviction == EvictionPolicy::kLfu ? Entry{n->hits, n->last_access, nullptr}
+                                                     : Entry{n->last_access, 0, nullptr};
+  };
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  const auto push = [&](RadixNode* n) {
+    Entry e = priority(n);
+    std::get<2>(e) = n;
+    heap.push(e);
+  };
+  std::vector<RadixNode*> stack = {root_.get()};
+  while (!stack.empty()) {
+    RadixNode* n = stack.back();
+    stack.pop_back();
+    if (l1_evictable(n)) push(n);
+    for (auto& [_, child] : n->children) stack.push_back(child.get());
+  }
+  size_t freed = 0;
+  while (freed < tokens && !heap.empty()) {
+    RadixNode* victim = std::get<2>(heap.top());
+    heap.pop();
+    if (!l1_evictable(victim)) continue;
+    RadixNode* parent = victim->parent;
+    const size_t size = victim->size();
+    if (!victim->in_l2() && l2_ && options_.write_policy == WritePolicy::kWriteBack) {
+      // Write-back: the host copy is made now, before the L1 copy goes.
+      start_backup(victim);
+      if (victim->transfer == NodeTransfer::kBackup) {
+        const Ticket ticket = inflight_.back().first;
+        const bool ok = engine_->wait(ticket).is_ok();
+        std::erase_if(inflight_, [&](const auto& e) { return e.first == ticket; });
+        victim->transfer = NodeTransfer::kNone;
+        if (ok) {
+          stats_.backup_tokens += size;
+        } else {
+          HIQ_CHECK(l2_->allocator().free(victim->l2).is_ok());
+          victim->l2.clear();
+          l2_tokens_ -= size;
+          ++stats_.backup_failures;
+        }
+      }
+    }
+    if (victim->in_l2()) {
+      HIQ_CHECK(l1_.allocator().free(victim->l1).is_ok());
+      victim->l1.clear();
+      l1_tokens_ -= size;
+      stats_.l1_evicted_to_host_tokens += size;
+    } else {
+      drop(victim);  // with any host-only nodes below it: they would hang off a gap
+    }
+    freed += size;
+    if (l1_evictable(parent)) push(parent);
+  }
+  return freed;
+}
+
+size_t RadixCache::evict_l2(size_t tokens) {
+  if (!l2_) return 0;
+  using Entry = std::pair<uint64_t, RadixNode*>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  const auto evictable = [&](const RadixNode* n) {
+    return n != root_.get() && n->host_only() && n->children.empty() && n->lock_ref == 0;
+  };
+  std::vector<RadixNode*> stack = {root_.get()};
+  while (!stack.empty()) {
+    RadixNode* n = stack.back();
+    stack.pop_back();
+    if (evictable(n)) heap.push({n->last_access, n});
+    for (auto& [_, child] : n->children) stack.push_back(child.get());
+  }
+  size_t freed = 0;
+  while (freed < tokens && !heap.empty()) {
+    RadixNode* victim = heap.top().second;
+    heap.pop();
+    if (!evictable(victim)) continue;
+    RadixNode* parent = victim->parent;
+    freed += victim->size();
+    drop(victim);
+    if (evictable(parent)) heap.push({parent->last_access, parent});
+  }
+  return freed;
+}
+
+Result<LoadBack> RadixCache::load_back(const PrefixMatch& match) {
+  if (!l2_) return failed_precondition("load_back: this cache has no host tier");
+  if (match.host_node == nullptr || match.host_tokens == 0)
+    return failed_precondition("load_back: the match has no host part");
+  if (match.host_tokens < options_.load_back_min_tokens)
+    return failed_precondition("load_back: " + std::to_string(match.host_tokens) + " host tokens are fewer than " +
+                               std::to_string(options_.load_back_min_tokens) + "; recompute them");
+  std::vector<RadixNode*> chain;
+  size_t total = 0;
+  for (RadixNode* n = match.host_node; n != match.l1_node; n = n->parent) {
+    if (n == nullptr || !n->host_only()) return failed_precondition("load_back: the match is stale");
+    chain.push_back(n);
+    total += n->size();
+  }
+  if (total != match.host_tokens) return failed_precondition("load_back: the match is stale");
+  std::reverse(chain.begin(), chain.end());
+
+  // While L1 makes room, the chain's L1 ancestors must stay (they are its parents).
+  const CacheLock guard = lock(match.l1_node);
+  HIQ_ASSIGN_OR_RETURN(std::vector<SlotId> slots, allocate_l1(total));
+  std::vector<SlotId> sources;
+  sources.reserve(total);
+  for (RadixNode* n : chain) sources.insert(sources.end(), n->l2.begin(), n->l2.end());
+  auto ticket = engine_->load(sources, slots);
+  if (!ticket) {
+    HIQ_CHECK(l1_.allocator().free(slots).is_ok());
+    return ticket.status();
+  }
+  size_t offset = 0;
+  for (RadixNode* n : chain) {
+    n->l1.assign(slots.begin() + static_cast<std::ptrdiff_t>(offset),
+                 slots.begin() + static_cast<std::ptrdiff_t>(offset + n->size()));
+    n->transfer = NodeTransfer::kLoad;
+    offset += n->size();
+  }
+  l1_tokens_ += total;
+  inflight_.push_back({*ticket, chain});
+  return LoadBack{*ticket, std::move(slots), chain.back()};
+}
+
+void RadixCache::apply(const Completion& completion) {
+  auto it = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& e) { return e.first == completion.ticket; });
+  if (it == inflight_.end()) return;  // already settled (write-back waits for its own backups)
+  for (RadixNode* n : it->second) {
+    const size_t size = n->size();
+    if (n->transfer == NodeTransfer::kBackup) {
+      if (completion.status.is_ok()) {
+        stats_.backup_tokens += size;
+      } else {
+        HIQ_CHECK(l2_->allocator().free(n->l2).is_ok());
+        n->l2.clear();
+        l2_tokens_ -= size;
+        ++stats_.backup_failures;
+      }
+    } else if (n->transfer == NodeTransfer::kLoad) {
+      if (completion.status.is_ok()) {
+        stats_.load_back_tokens += size;
+      } else {  // back to host-only: the request that wanted it recomputes
+        HIQ_CHECK(l1_.allocator().free(n->l1).is_ok());
+        n->l1.clear();
+        l1_tokens_ -= size;
+        ++stats_.load_back_failures;
+      }
+    }
+    n->transfer = NodeTransfer::kNone;
+  }
+  inflight_.erase(it);
+}
+
+void RadixCache::poll_transfers() {
+  if (!engine_) return;
+  for (const Completion& c : engine_->poll()) apply(c);
+}
+
+void RadixCache::drain_transfers() {
+  if (!engine_) return;
+  engine_->drain();
+  poll_transfers();
+}
+
+void RadixCache::clear() {
+  drain_transfers();
+  // Drops every subtree in which nothing is locked.
+  std::function<bool(RadixNode*)> prune = [&](RadixNode* n) {
+    bool keep = n->lock_ref > 0;
+    for (auto it = n->children.begin(); it != n->children.end();) {
+      RadixNode* child = (it++)->second.get();  // advance first: prune may erase the child
+      keep |= prune(child);
+    }
+    if (!keep && n != root_.get()) drop(n);
+    return keep;
+  };
+  prune(root_.get());
+}
+
+Status RadixCache::check_invariants() const {
+  std::set<SlotId> l1_seen, l2_seen;
+  size_t l1_count = 0, l2_count = 0;
+  std::vector<const RadixNode*> stack = {root_.get()};
+  const auto fail = [](const std::string& what) { return internal_error("radix cache invariant: " + what); };
+  while (!stack.empty()) {
+    const RadixNode* n = stack.back();
+    stack.pop_back();
+    if (n->lock_ref < 0) return fail("negative lock count");
+    if (n != root_.get()) {
+      if (n->key.empty() || n->key.size() % page_size_ != 0) return fail("a key that is not whole pages");
+      if (!n->l1.empty() && n->l1.size() != n->size()) return fail("L1 slots do not match the key");
+      if (!n->l2.empty() && n->l2.size() != n->size()) return fail("L2 slots do not match the key");
+      if (n->l1.empty() && n->l2.empty()) return fail("a node with no KV in any tier");
+      if (n->transfer != NodeTransfer::kNone && (n->l1.empty() || n->l2.empty()))
+        return fail("a transfer without slots on both tiers");
+      if (n->lock_ref > n->parent->lock_ref) return fail("a lock that does not reach the root");
+      for (SlotId s : n->l1) {
+        if (!l1_seen.insert(s).second) return fail("L1 slot " + std::to_string(s) + " owned twice");
+        if (!l1_.allocator().is_allocated(s)) return fail("L1 slot " + std::to_string(s) + " owned but free");
+      }
+      for (SlotId s : n->l2) {
+        if (!l2_seen.insert(s).second) return fail("L2 slot " + std::to_string(s) + " owned twice");
+        if (!l2_->allocator().is_allocated(s)) return fail("L2 slot " + std::to_string(s) + " owned but free");
+      }
+      l1_count += n->l1.size();
+      l2_count += n->l2.size();
+    }
+    for (const auto& [page, child] : n->children) {
+      if (child->parent != n) return fail("a child whose parent pointer is wrong");
+      if (page != first_page(child->key, page_size_)) return fail("a child filed under the wrong page");
+      if (n != root_.get() && n->l1.empty() && !child->l1.empty()) return fail("L1 KV below a host-only node");
+      stack.push_back(child.get());
+    }
+  }
+  if (l1_count != l1_tokens_ || l2_count != l2_tokens_) return fail("token counts out of step with the nodes");
+  return Status::ok();
+}
+
+}  // namespace hiq

@@ -1,0 +1,205 @@
+// cache/radix_cache.h — the hierarchical prefix cache: a radix tree over token
+// sequences whose nodes hold KV in L1 (device slots), in L2 (host records), or
+// both.
+//
+// Design. Each edge of the tree carries a run of tokens (a whole number of
+// pages) and, for those tokens, up to two slot vectors: `l1` in the device pool
+// and `l2` in the host pool. A request's prompt is matched against the tree:
+// the longest cached prefix splits into a part resident in L1 (used directly)
+// and a part held only in L2 (restored by `load_back` through the transfer
+// engine, or recomputed). After prefill the request's KV is inserted; the write
+// policy decides when a node's L1 KV is copied to L2 (backup). Under L1
+// pressure the least recently (or least frequently) used unlocked L1 leaf gives
+// up its L1 slots — if it has a host copy it stays in the tree as a host-only
+// node, otherwise it is dropped. Under L2 pressure host-only leaves are
+// dropped, least recently used first.
+//
+// Node states (of the tokens on one edge):
+//
+//   state        l1     l2     transfer in flight   how it is left
+//   device       valid  —      none                 backup → backing-up; evict → dropped
+//   backing-up   valid  alloc  backup               completes → both; fails → device
+//   both         valid  valid  none                 evict L1 → host
+//   host         —      valid  none                 load_back → loading; evict L2 → dropped
+//   loading      alloc  valid  load                 completes → both; fails → host
+//
+// Invariants (checked by check_invariants(), after every step of the
+// randomised tests):
+//   1. l1 and l2 are empty or exactly as long as the edge's tokens; a non-root
+//      node has at least one of them.
+//   2. Below a node that has no L1 slots, no node has L1 slots: a path is L1
+//      from the root down, then host-only.
+//   3. A node with a transfer in flight is not evicted (splitting it shares the
+//      transfer between the halves); nor is a node whose L1 slots a request has
+//      locked (lock counts are balanced).
+//   4. Every slot of either pool is owned by exactly one node, or by a request,
+//      or is free.
+//
+// Not thread-safe: the scheduler drives it from one thread. The transfer
+// engine works on its own threads and reports back through poll_transfers().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "memory/device_kv_pool.h"
+#include "memory/host_kv_pool.h"
+#include "transfer/transfer_engine.h"
+
+namespace hiq {
+
+using TokenId = int32_t;
+
+enum class WritePolicy : uint8_t {
+  kWriteThrough,           // back up every node when it is inserted
+  kWriteThroughSelective,  // back up a node once it has been hit `write_through_threshold` times
+  kWriteBack,              // back up a node only when L1 evicts it
+};
+std::string_view write_policy_name(WritePolicy policy);
+// SGLang's spellings: write_through, write_through_selective, write_back.
+Result<WritePolicy> parse_write_policy(std::string_view name);
+
+enum class EvictionPolicy : uint8_t { kLru, kLfu };
+
+struct RadixCacheOptions {
+  WritePolicy write_policy = WritePolicy::kWriteThrough;  // --hicache-write-policy
+  int write_through_threshold = 2;                         // hits before a selective backup
+  EvictionPolicy eviction = EvictionPolicy::kLru;          // L1 victims; L2 is always LRU
+  size_t load_back_min_tokens = 1;                         // shorter host-only matches are recomputed
+};
+
+struct RadixCacheStats {
+  uint64_t match_calls = 0, match_tokens = 0;         // prompts looked up, and their tokens
+  uint64_t hit_tokens_l1 = 0, hit_tokens_l2 = 0;      // matched tokens resident in L1 / only in L2
+  uint64_t inserted_tokens = 0;                       // new tokens the tree took over
+  uint64_t backup_tokens = 0, backup_failures = 0;    // backups completed / failed
+  uint64_t backup_skipped_tokens = 0;                 // no L2 room even after L2 eviction
+  uint64_t load_back_tokens = 0, load_back_failures = 0;
+  uint64_t l1_evicted_to_host_tokens = 0;             // L1 slots freed, host copy kept
+  uint64_t l1_dropped_tokens = 0;                     // evicted from L1 with no host copy
+  uint64_t l2_evicted_tokens = 0;
+};
+
+class RadixCache;
+struct RadixNode;
+
+// Keeps a node's L1 KV (and that of its ancestors) from being evicted while a
+// request reads it. Movable; releases on destruction. Must not outlive the cache.
+class CacheLock {
+ public:
+  CacheLock() = default;
+  ~CacheLock() { release(); }
+  CacheLock(CacheLock&& other) noexcept;
+  CacheLock& operator=(CacheLock&& other) noexcept;
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+
+  void release();
+  bool held() const { return node_ != nullptr; }
+
+ private:
+  friend class RadixCache;
+  CacheLock(RadixCache* cache, RadixNode* node) : cache_(cache), node_(node) {}
+  RadixCache* cache_ = nullptr;
+  RadixNode* node_ = nullptr;
+};
+
+struct PrefixMatch {
+  std::vector<SlotId> l1_slots;    // KV of the first l1_slots.size() tokens, usable now
+  size_t host_tokens = 0;          // the next tokens are cached in L2 only (restore with load_back)
+  RadixNode* l1_node = nullptr;    // deepest node of the L1 part (the root when none); lock it to use the slots
+  RadixNode* host_node = nullptr;  // deepest node of the host part, or null
+  size_t total_tokens() const { return l1_slots.size() + host_tokens; }
+};
+
+struct LoadBack {
+  Ticket ticket = 0;               // wait on it (per layer) before reading the restored slots
+  std::vector<SlotId> l1_slots;    // the restored tokens' new L1 slots, in token order
+  RadixNode* node = nullptr;       // deepest restored node: lock it, then its slots are safe to read
+};
+
+class RadixCache {
+ public:
+  // `l2` and `engine` may be null: a cache without a host tier.
+  RadixCache(DeviceKvPool& l1, HostKvPool* l2, TransferEngine* engine, RadixCacheOptions options = {});
+  ~RadixCache();
+  RadixCache(const RadixCache&) = delete;
+  RadixCache& operator=(const RadixCache&) = delete;
+
+  size_t page_size() const { return page_size_; }
+
+  // The longest cached prefix of `tokens`, in whole pages. Counts a hit on
+  // every matched node and refreshes its access time.
+  PrefixMatch match_prefix(std::span<const TokenId> tokens);
+
+  // Restores the host part of `match` into newly allocated L1 slots (evicting
+  // from L1 if needed) in one transfer. kFailedPrecondition when there is no
+  // host part or it is shorter than load_back_min_tokens; kResourceExhausted
+  // when L1 cannot make room (lock the match's l1_node first, so the L1 part
+  // cannot be the victim). On any error nothing changes: recompute instead.
+  Result<LoadBack> load_back(const PrefixMatch& match);
+
+  // Hands the KV of `tokens` (in `l1_slots`, one per token: the slots of a
+  // matched prefix as match_prefix/load_back gave them, then slots the caller
+  // allocated from L1) to the tree. Only whole pages are inserted: the cache
+  // takes ownership of the first floor(n / page) · page slots, frees those
+  // whose tokens it already held in other slots, and returns the deepest node
+  // of the inserted path (lock it to keep using the KV); the caller keeps the
+  // slots of a trailing partial page. A PrefixMatch or LoadBack is valid only
+  // until the next call that changes the tree.
+  RadixNode* insert(std::span<const TokenId> tokens, std::span<const SlotId> l1_slots);
+
+  CacheLock lock(RadixNode* node);
+
+  // Frees at least `tokens` L1 slots by evicting unlocked leaves, if it can;
+  // returns the number freed.
+  size_t evict_l1(size_t tokens);
+  // Frees at least `tokens` L2 slots by dropping unprotected host-only leaves.
+  size_t evict_l2(size_t tokens);
+
+  // Applies completed transfers (backups become valid, failed ones are undone).
+  void poll_transfers();
+  // Waits for every transfer the cache issued, then applies them.
+  void drain_transfers();
+
+  // Number of tokens held in L1 and L2 by the tree.
+  size_t l1_tokens() const { return l1_tokens_; }
+  size_t l2_tokens() const { return l2_tokens_; }
+  const RadixCacheStats& stats() const { return stats_; }
+
+  // Checks the invariants of the type comment; the first violation, or OK.
+  Status check_invariants() const;
+  // Removes every node that nothing locks or transfers (e.g. /flush_cache).
+  void clear();
+
+ private:
+  friend class CacheLock;
+  void unlock(RadixNode* node);
+  RadixNode* split(RadixNode* node, size_t at);
+  void maybe_backup(RadixNode* node);
+  void start_backup(RadixNode* node);
+  void drop(RadixNode* node);
+  bool l1_evictable(const RadixNode* node) const;
+  void apply(const Completion& completion);
+  Result<std::vector<SlotId>> allocate_l1(size_t tokens);
+  Result<std::vector<SlotId>> allocate_l2(size_t tokens);
+  uint64_t tick() { return ++clock_; }
+
+  DeviceKvPool& l1_;
+  HostKvPool* l2_;
+  TransferEngine* engine_;
+  RadixCacheOptions options_;
+  size_t page_size_;
+  std::unique_ptr<RadixNode> root_;
+  std::vector<std::pair<Ticket, std::vector<RadixNode*>>> inflight_;  // transfers issued by the cache
+  size_t l1_tokens_ = 0, l2_tokens_ = 0;
+  uint64_t clock_ = 0;  // logical time: the order of accesses is all LRU needs
+  RadixCacheStats stats_;
+};
+
+}  // namespace hiq

@@ -1,0 +1,369 @@
+// The radix cache: targeted behaviours (split on a partial match, duplicates
+// freed on insert, L1 eviction to host and back, write policies, L2 eviction,
+// locks) and a randomised model-based test: thousands of requests, evictions
+// and transfers, checking after every step the tree's invariants, that no slot
+// leaked, and that every slot the cache hands out holds the KV of exactly the
+// right prefix (or, restored from L2, the codec's round trip of it).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "cache/radix_cache.h"
+#include "codec/numeric.h"
+#include "kv/model_config.h"
+
+namespace hiq {
+namespace {
+
+KvGeometry tiny_geometry(int page_size) {
+  GeometryOptions o;
+  o.page_size = page_size;
+  return *geometry_from_config_json(
+      R"({"model_type": "qwen3", "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+          "head_dim": 16})",
+      "tiny", o);
+}
+
+// Synthetic KV of the token at position p given the whole prefix: a hash of
+// tokens[0..p] spread over the row. A slot restored for the wrong prefix, the
+// wrong position or the wrong layer shows up as a different row.
+uint64_t prefix_hash(std::span<const TokenId> tokens, size_t p) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i <= p; ++i) h = (h ^ static_cast<uint64_t>(tokens[i] + 7)) * 1099511628211ull;
+  return h;
+}
+
+void expected_row(uint64_t hash, int layer, KvPart part, std::span<uint16_t> row) {
+  std::mt19937 rng(static_cast<uint32_t>(hash ^ (hash >> 32)) + static_cast<uint32_t>(layer * 2 + static_cast<int>(part)));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : row) v = numeric::float_to_bf16(normal(rng));
+}
+
+struct Harness {
+  explicit Harness(CodecKind codec, int page_size, size_t l1_slots, size_t l2_slots, RadixCacheOptions options,
+                   int workers = 2)
+      : geometry(tiny_geometry(page_size)) {
+    l1 = *make_host_memory_device_pool(geometry, l1_slots);
+    HostKvPoolOptions ho;
+    ho.codec = codec;
+    ho.ratio = static_cast<double>(l2_slots) / static_cast<double>(l1_slots);
+    l2 = *HostKvPool::create(geometry, ho, l1_slots);
+    TransferEngineOptions eo;
+    eo.workers = workers;
+    engine = *make_cpu_transfer_engine(*l1, *l2, eo);
+    cache = std::make_unique<RadixCache>(*l1, l2.get(), engine.get(), options);
+  }
+  ~Harness() {
+    cache.reset();  // drains its transfers before the engine goes
+  }
+
+  // "Computes" the KV of tokens[from..to) into `slots`.
+  void compute(std::span<const TokenId> tokens, size_t from, std::span<const SlotId> slots) {
+    std::vector<uint16_t> row;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const uint64_t h = prefix_hash(tokens, from + i);
+      for (int layer = 0; layer < geometry.num_layers; ++layer)
+        for (KvPart part : {KvPart::kK, KvPart::kV}) {
+          row.resize(l1->row_elements(part));
+          expected_row(h, layer, part, row);
+          std::memcpy(l1->row(layer, part, slots[i]), row.data(), row.size() * 2);
+        }
+    }
+  }
+
+  enum class Origin { kComputed, kRestored, kEither };
+
+  // Checks that `slots` hold the KV of tokens[from..): as computed, as restored
+  // from L2 (the codec's round trip of it), or, slot by slot, either.
+  ::testing::AssertionResult holds(std::span<const TokenId> tokens, size_t from, std::span<const SlotId> slots,
+                                   Origin origin) {
+    std::vector<uint16_t> computed, restored;
+    std::vector<std::byte> record(4096);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const uint64_t h = prefix_hash(tokens, from + i);
+      for (int layer = 0; layer < geometry.num_layers; ++layer)
+        for (KvPart part : {KvPart::kK, KvPart::kV}) {
+          computed.resize(l1->row_elements(part));
+          restored.resize(computed.size());
+          expected_row(h, layer, part, computed);
+          const RecordLayout& layout = l2->layout(part);
+          encode_rows(layout, computed.data(), computed.size(), 1, record.data());
+          decode_rows(layout, record.data(), 1, restored.data(), restored.size());
+          const auto* actual = l1->row(layer, part, slots[i]);
+          const size_t bytes = computed.size() * 2;
+          const bool is_computed = std::memcmp(actual, computed.data(), bytes) == 0;
+          const bool is_restored = std::memcmp(actual, restored.data(), bytes) == 0;
+          const bool ok = origin == Origin::kComputed ? is_computed
+                          : origin == Origin::kRestored ? is_restored
+                                                        : is_computed || is_restored;
+          if (!ok)
+            return ::testing::AssertionFailure() << "slot " << slots[i] << " (token " << from + i << ", layer "
+                                                 << layer << ") holds the wrong KV";
+        }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  KvGeometry geometry;
+  std::unique_ptr<DeviceKvPool> l1;
+  std::unique_ptr<HostKvPool> l2;
+  std::unique_ptr<TransferEngine> engine;
+  std::unique_ptr<RadixCache> cache;
+};
+
+// Serves one request the way the scheduler will: match, lock, restore the host
+// part, compute the rest, insert. Returns false when L1 had no room.
+bool serve(Harness& h, std::span<const TokenId> tokens, bool use_host, size_t* restored_tokens = nullptr) {
+  RadixCache& cache = *h.cache;
+  PrefixMatch m = cache.match_prefix(tokens);
+  CacheLock lock = cache.lock(m.l1_node);
+  EXPECT_TRUE(h.holds(tokens, 0, m.l1_slots, Harness::Origin::kEither));
+  std::vector<SlotId> slots = m.l1_slots;
+  if (use_host && m.host_tokens > 0) {
+    auto back = cache.load_back(m);
+    if (back.is_ok()) {
+      CacheLock restored_lock = cache.lock(back->node);
+      for (int layer = 0; layer < h.geometry.num_layers; ++layer)
+        EXPECT_TRUE(h.engine->wait_layer(back->ticket, layer).is_ok());
+      EXPECT_TRUE(h.holds(tokens, slots.size(), back->l1_slots, Harness::Origin::kRestored));
+      slots.insert(slots.end(), back->l1_slots.begin(), back->l1_slots.end());
+      if (restored_tokens) *restored_tokens += back->l1_slots.size();
+      lock = std::move(restored_lock);
+    }
+  }
+  const size_t cached = slots.size();
+  const size_t missing = tokens.size() - cached;
+  if (h.l1->allocator().free_count() < missing) cache.evict_l1(missing - h.l1->allocator().free_count());
+  auto fresh = h.l1->allocator().allocate(missing);
+  if (!fresh) return false;
+  h.compute(tokens, cached, *fresh);
+  slots.insert(slots.end(), fresh->begin(), fresh->end());
+  (void)cache.insert(tokens, slots);
+  // A trailing partial page stays with the request: it frees it when done.
+  const size_t whole = tokens.size() / cache.page_size() * cache.page_size();
+  EXPECT_TRUE(h.l1->allocator().free(std::span(slots).subspan(whole)).is_ok());
+  return true;
+}
+
+TEST(RadixCache, PartialMatchSplitsAndDuplicatesAreFreed) {
+  RadixCacheOptions o;
+  Harness h(CodecKind::kBf16, 1, 64, 64, o);
+  const std::vector<TokenId> a = {1, 2, 3, 4, 5, 6}, b = {1, 2, 3, 9, 9};
+  ASSERT_TRUE(serve(h, a, true));
+  EXPECT_EQ(h.cache->l1_tokens(), 6u);
+  ASSERT_TRUE(serve(h, b, true));
+  EXPECT_EQ(h.cache->l1_tokens(), 8u);  // 1 2 3 shared, 4 5 6 and 9 9 apart
+  EXPECT_EQ(h.l1->allocator().used_count(), 8u);
+  const PrefixMatch m = h.cache->match_prefix(std::vector<TokenId>{1, 2, 3, 4, 7});
+  EXPECT_EQ(m.l1_slots.size(), 4u);
+  EXPECT_TRUE(h.holds(a, 0, m.l1_slots, Harness::Origin::kComputed));
+  EXPECT_TRUE(h.cache->check_invariants().is_ok()) << h.cache->check_invariants().to_string();
+}
+
+TEST(RadixCache, EvictedLeafStaysOnHostAndComesBackIntact) {
+  RadixCacheOptions o;  // write_through
+  Harness h(CodecKind::kInt8, 1, 16, 64, o);
+  const std::vector<TokenId> a = {5, 6, 7, 8, 9, 10, 11, 12};
+  ASSERT_TRUE(serve(h, a, true));
+  h.cache->drain_transfers();
+  EXPECT_EQ(h.cache->l2_tokens(), 8u);
+  EXPECT_EQ(h.cache->evict_l1(100), 8u);
+  EXPECT_EQ(h.cache->l1_tokens(), 0u);
+  EXPECT_EQ(h.cache->stats().l1_evicted_to_host_tokens, 8u);
+  PrefixMatch m = h.cache->match_prefix(a);
+  EXPECT_EQ(m.l1_slots.size(), 0u);
+  EXPECT_EQ(m.host_tokens, 8u);
+  size_t restored = 0;
+  ASSERT_TRUE(serve(h, a, true, &restored));
+  EXPECT_EQ(restored, 8u);
+  h.cache->drain_transfers();
+  EXPECT_EQ(h.cache->stats().load_back_tokens, 8u);
+  EXPECT_TRUE(h.cache->check_invariants().is_ok()) << h.cache->check_invariants().to_string();
+}
+
+TEST(RadixCache, WithoutBackupEvictionDropsAndLockedNodesStay) {
+  RadixCacheOptions o;
+  o.write_policy = WritePolicy::kWriteThroughSelective;
+  o.write_through_threshold = 100;  // never reached: nothing is backed up
+  Harness h(CodecKind::kBf16, 1, 16, 16, o);
+  const std::vector<TokenId> a = {1, 2, 3, 4}, b = {7, 8, 9, 10};
+  ASSERT_TRUE(serve(h, a, true));
+  ASSERT_TRUE(serve(h, b, true));
+  PrefixMatch m = h.cache->match_prefix(a);
+  CacheLock lock = h.cache->lock(m.l1_node);
+  EXPECT_EQ(h.cache->evict_l1(100), 4u);  // only b: a is locked
+  EXPECT_EQ(h.cache->stats().l1_dropped_tokens, 4u);
+  EXPECT_EQ(h.cache->match_prefix(b).total_tokens(), 0u);
+  EXPECT_EQ(h.cache->match_prefix(a).l1_slots.size(), 4u);
+  lock.release();
+  EXPECT_EQ(h.cache->evict_l1(100), 4u);
+  EXPECT_EQ(h.l1->allocator().used_count(), 0u);
+  EXPECT_TRUE(h.cache->check_invariants().is_ok());
+}
+
+TEST(RadixCache, WriteBackCopiesToHostOnlyWhenEvicting) {
+  RadixCacheOptions o;
+  o.write_policy = WritePolicy::kWriteBack;
+  Harness h(CodecKind::kFp8, 2, 16, 32, o);
+  const std::vector<TokenId> a = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(serve(h, a, true));
+  h.cache->drain_transfers();
+  EXPECT_EQ(h.cache->l2_tokens(), 0u);
+  EXPECT_EQ(h.cache->evict_l1(100), 6u);
+  EXPECT_EQ(h.cache->l2_tokens(), 6u);
+  EXPECT_EQ(h.cache->stats().backup_tokens, 6u);
+  EXPECT_EQ(h.cache->match_prefix(a).host_tokens, 6u);
+  EXPECT_TRUE(h.cache->check_invariants().is_ok());
+}
+
+TEST(RadixCache, SelectiveWriteThroughBacksUpAfterEnoughHits) {
+  RadixCacheOptions o;
+  o.write_policy = WritePolicy::kWriteThroughSelective;
+  o.write_through_threshold = 2;
+  Harness h(CodecKind::kInt4, 1, 32, 32, o);
+  const std::vector<TokenId> a = {1, 2, 3, 4};
+  ASSERT_TRUE(serve(h, a, true));
+  h.cache->drain_transfers();
+  EXPECT_EQ(h.cache->l2_tokens(), 0u);
+  (void)h.cache->match_prefix(a);  // hit 1
+  h.cache->drain_transfers();
+  EXPECT_EQ(h.cache->l2_tokens(), 0u);
+  (void)h.cache->match_prefix(a);  // hit 2: backed up
+  h.cache->drain_transfers();
+  EXPECT_EQ(h.cache->l2_tokens(), 4u);
+}
+
+TEST(RadixCache, HostTierFullEvictsLeastRecentlyUsedHostLeaves) {
+  RadixCacheOptions o;
+  Harness h(CodecKind::kInt8, 1, 8, 8, o);  // L2 holds 8 tokens
+  const std::vector<TokenId> a = {1, 1, 1, 1}, b = {2, 2, 2, 2}, c = {3, 3, 3, 3};
+  for (const auto* seq : {&a, &b}) {
+    ASSERT_TRUE(serve(h, *seq, true));
+    h.cache->drain_transfers();
+    h.cache->evict_l1(100);
+  }
+  EXPECT_EQ(h.cache->l2_tokens(), 8u);
+  (void)h.cache->match_prefix(b);  // b is now more recent than a
+  ASSERT_TRUE(serve(h, c, true));  // its backup needs room: a goes
+  h.cache->drain_transfers();
+  EXPECT_EQ(h.cache->match_prefix(a).total_tokens(), 0u);
+  EXPECT_EQ(h.cache->match_prefix(b).host_tokens, 4u);
+  EXPECT_EQ(h.cache->stats().l2_evicted_tokens, 4u);
+  EXPECT_TRUE(h.cache->check_invariants().is_ok());
+}
+
+TEST(RadixCache, FailedRestoreLeavesTheNodeOnHostAndIsCounted) {
+  RadixCacheOptions o;
+  KvGeometry g = tiny_geometry(1);
+  auto l1 = *make_host_memory_device_pool(g, 16);
+  HostKvPoolOptions ho;
+  ho.codec = CodecKind::kInt8;
+  ho.ratio = 2;
+  auto l2 = *HostKvPool::create(g, ho, 16);
+  TransferEngineOptions eo;
+  eo.before_layer = [](Ticket, TransferKind kind, int layer) {
+    return kind == TransferKind::kLoad && layer == 1 ? data_loss("injected") : Status::ok();
+  };
+  auto engine = *make_cpu_transfer_engine(*l1, *l2, eo);
+  RadixCache cache(*l1, l2.get(), engine.get(), o);
+  const std::vector<TokenId> a = {4, 3, 2, 1};
+  auto slots = *l1->allocator().allocate(4);
+  (void)cache.insert(a, slots);
+  cache.drain_transfers();
+  cache.evict_l1(100);
+  PrefixMatch m = cache.match_prefix(a);
+  auto back = cache.load_back(m);
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_FALSE(engine->wait(back->ticket).is_ok());
+  cache.poll_transfers();
+  EXPECT_EQ(cache.stats().load_back_failures, 1u);
+  EXPECT_EQ(cache.l1_tokens(), 0u);
+  EXPECT_EQ(l1->allocator().used_count(), 0u) << "the restore's L1 slots are freed";
+  EXPECT_EQ(cache.match_prefix(a).host_tokens, 4u) << "the host copy is still good";
+  EXPECT_TRUE(cache.check_invariants().is_ok());
+}
+
+// ---- randomised, against the invariants and the KV itself -----------------------------
+
+struct RandomCase {
+  CodecKind codec;
+  int page_size;
+  WritePolicy policy;
+  EvictionPolicy eviction;
+};
+
+class RadixCacheRandom : public ::testing::TestWithParam<RandomCase> {};
+
+TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
+  const RandomCase c = GetParam();
+  RadixCacheOptions o;
+  o.write_policy = c.policy;
+  o.eviction = c.eviction;
+  o.write_through_threshold = 2;
+  Harness h(c.codec, c.page_size, /*l1_slots=*/96, /*l2_slots=*/160, o, /*workers=*/2);
+  std::mt19937 rng(1234 + static_cast<uint32_t>(c.page_size));
+  std::vector<std::vector<TokenId>> history;
+  size_t restored = 0, served = 0;
+  for (int step = 0; step < 1500; ++step) {
+    const auto action = rng() % 10;
+    if (action < 7) {
+      std::vector<TokenId> tokens;
+      if (!history.empty() && rng() % 3 != 0) {  // extend or branch from an earlier sequence
+        const auto& base = history[rng() % history.size()];
+        tokens.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(rng() % (base.size() + 1)));
+      }
+      const size_t extra = 1 + rng() % 12;
+      for (size_t i = 0; i < extra && tokens.size() < 40; ++i) tokens.push_back(static_cast<TokenId>(rng() % 3));
+      if (serve(h, tokens, rng() % 4 != 0, &restored)) {
+        ++served;
+        history.push_back(tokens);
+        if (history.size() > 64) history.erase(history.begin());
+      }
+    } else if (action == 7) {
+      h.cache->evict_l1(rng() % 24);
+    } else if (action == 8) {
+      h.cache->evict_l2(rng() % 24);
+    } else {
+      h.cache->poll_transfers();
+    }
+    const Status st = h.cache->check_invariants();
+    ASSERT_TRUE(st.is_ok()) << "step " << step << ": " << st.to_string();
+    // Nothing is held outside the tree between requests: no leaked slot.
+    ASSERT_EQ(h.l1->allocator().used_count(), h.cache->l1_tokens()) << "step " << step;
+    ASSERT_EQ(h.l2->allocator().used_count(), h.cache->l2_tokens()) << "step " << step;
+  }
+  h.cache->drain_transfers();
+  ASSERT_TRUE(h.cache->check_invariants().is_ok());
+  EXPECT_GT(served, 700u);
+  if (c.policy != WritePolicy::kWriteThroughSelective) {
+    EXPECT_GT(restored, 0u) << "the host tier was never used";
+  }
+  h.cache->clear();
+  EXPECT_EQ(h.l1->allocator().used_count(), 0u);
+  EXPECT_EQ(h.l2->allocator().used_count(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policies, RadixCacheRandom,
+    ::testing::Values(RandomCase{CodecKind::kBf16, 1, WritePolicy::kWriteThrough, EvictionPolicy::kLru},
+                      RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThrough, EvictionPolicy::kLfu},
+                      RandomCase{CodecKind::kInt4H, 4, WritePolicy::kWriteThrough, EvictionPolicy::kLru},
+                      RandomCase{CodecKind::kFp8, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru},
+                      RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThroughSelective, EvictionPolicy::kLru}),
+    [](const auto& p) {
+      return std::string(codec_name(p.param.codec)) + "_page" + std::to_string(p.param.page_size) + "_" +
+             std::string(write_policy_name(p.param.policy)) +
+             (p.param.eviction == EvictionPolicy::kLfu ? "_lfu" : "_lru");
+    });
+
+TEST(WritePolicyNames, ParseSglangSpellings) {
+  EXPECT_EQ(*parse_write_policy("write_through"), WritePolicy::kWriteThrough);
+  EXPECT_EQ(*parse_write_policy("write_through_selective"), WritePolicy::kWriteThroughSelective);
+  EXPECT_EQ(*parse_write_policy("write_back"), WritePolicy::kWriteBack);
+  EXPECT_NE(parse_write_policy("write_around").status().message().find("--hicache-write-policy"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hiq

@@ -10,6 +10,15 @@
 
 namespace hiq {
 
+// Debug builds check every invariant after each change to the tree.
+#ifdef NDEBUG
+#define HIQ_CACHE_DEBUG_CHECK() \
+  do {                          \
+  } while (false)
+#else
+#define HIQ_CACHE_DEBUG_CHECK() HIQ_CHECK_MSG(check_invariants().is_ok(), check_invariants().to_string().c_str())
+#endif
+
 std::string_view write_policy_name(WritePolicy policy) {
   switch (policy) {
     case WritePolicy::kWriteThrough: return "write_through";
@@ -219,6 +228,7 @@ RadixNode* RadixCache::insert(std::span<const TokenId> tokens, std::span<const S
       l1_tokens_ += added->size();
       stats_.inserted_tokens += added->size();
       maybe_backup(added);
+      HIQ_CACHE_DEBUG_CHECK();
       return added;
     }
     RadixNode* child = it->second.get();
@@ -239,6 +249,7 @@ RadixNode* RadixCache::insert(std::span<const TokenId> tokens, std::span<const S
     pos += child->size();
     node = child;
   }
+  HIQ_CACHE_DEBUG_CHECK();
   return node;
 }
 
@@ -357,6 +368,7 @@ size_t RadixCache::evict_l1(size_t tokens) {
     freed += size;
     if (l1_evictable(parent)) push(parent);
   }
+  HIQ_CACHE_DEBUG_CHECK();
   return freed;
 }
 
@@ -384,6 +396,7 @@ size_t RadixCache::evict_l2(size_t tokens) {
     drop(victim);
     if (evictable(parent)) heap.push({parent->last_access, parent});
   }
+  HIQ_CACHE_DEBUG_CHECK();
   return freed;
 }
 
@@ -424,6 +437,7 @@ Result<LoadBack> RadixCache::load_back(const PrefixMatch& match) {
   }
   l1_tokens_ += total;
   inflight_.push_back({*ticket, chain});
+  HIQ_CACHE_DEBUG_CHECK();
   return LoadBack{*ticket, std::move(slots), chain.back()};
 }
 
@@ -454,6 +468,7 @@ void RadixCache::apply(const Completion& completion) {
     n->transfer = NodeTransfer::kNone;
   }
   inflight_.erase(it);
+  HIQ_CACHE_DEBUG_CHECK();
 }
 
 void RadixCache::poll_transfers() {

@@ -1,0 +1,43 @@
+// engine/workload.h — request streams for `hiq sim` and `hiq bench serve`.
+//
+// The generated-shared-prefix workload of SGLang's bench_serving: `num_groups`
+// groups, each with its own system prompt of `system_prompt_len` tokens shared
+// by `prompts_per_group` prompts, each prompt adding its own question of
+// `question_len` tokens and asking for `output_len` new tokens. Token ids are
+// drawn uniformly from the vocabulary by a generator seeded with `seed`, and
+// the request order is a shuffle seeded the same way, so a run is reproducible
+// and two runs with the same flags see the same requests.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/radix_cache.h"
+#include "core/status.h"
+
+namespace hiq {
+
+struct Request {
+  uint64_t id = 0;
+  std::vector<TokenId> prompt;
+  int max_new_tokens = 0;
+  int group = -1;  // the shared-prefix group, for reports; -1 when none
+};
+
+struct SharedPrefixWorkload {
+  int num_groups = 32;          // --gsp-num-groups
+  int prompts_per_group = 4;    // --gsp-prompts-per-group
+  int system_prompt_len = 2048; // --gsp-system-prompt-len
+  int question_len = 64;        // --gsp-question-len
+  int output_len = 32;          // --gsp-output-len
+  int vocab_size = 151936;      // token ids are drawn from [0, vocab_size)
+  uint64_t seed = 1;            // --seed
+  bool shuffle = true;          // seeded shuffle of the request order
+
+  // Errors name the flag of the first field out of range.
+  Status validate() const;
+  // The requests, in the order they are submitted.
+  Result<std::vector<Request>> generate() const;
+};
+
+}  // namespace hiq

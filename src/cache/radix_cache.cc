@@ -101,6 +101,14 @@ CacheLock RadixCache::lock(RadixNode* node) {
   return CacheLock(this, node);
 }
 
+std::vector<SlotId> RadixCache::l1_slots_to(const RadixNode* node) const {
+  std::vector<const RadixNode*> path;
+  for (const RadixNode* n = node; n != root_.get(); n = n->parent) path.push_back(n);
+  std::vector<SlotId> out;
+  for (auto it = path.rbegin(); it != path.rend(); ++it) out.insert(out.end(), (*it)->l1.begin(), (*it)->l1.end());
+  return out;
+}
+
 void RadixCache::unlock(RadixNode* node) {
   for (RadixNode* n = node; n != nullptr; n = n->parent) {
     HIQ_CHECK_MSG(n->lock_ref > 0, "unbalanced cache lock");

@@ -155,6 +155,9 @@ class RadixCache {
   RadixNode* insert(std::span<const TokenId> tokens, std::span<const SlotId> l1_slots);
 
   CacheLock lock(RadixNode* node);
+  // The L1 slots of the tokens from the root down to `node`, in token order
+  // (valid while the node is locked and in L1).
+  std::vector<SlotId> l1_slots_to(const RadixNode* node) const;
 
   // Frees at least `tokens` L1 slots by evicting unlocked leaves, if it can;
   // returns the number freed.
@@ -167,6 +170,8 @@ class RadixCache {
   // Waits for every transfer the cache issued, then applies them.
   void drain_transfers();
 
+  // Transfers issued by the cache and not yet settled.
+  size_t transfers_in_flight() const { return inflight_.size(); }
   // Number of tokens held in L1 and L2 by the tree.
   size_t l1_tokens() const { return l1_tokens_; }
   size_t l2_tokens() const { return l2_tokens_; }

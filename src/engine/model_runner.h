@@ -1,0 +1,42 @@
+// engine/model_runner.h — what the scheduler asks of a model: compute the KV
+// of new tokens (reading the cached prefix) and produce the next token.
+//
+// Two implementations share the scheduler: SimRunner (synthetic KV, a virtual
+// clock and a self-check on every read) and, later, the real Qwen3 runtime.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "cache/radix_cache.h"
+#include "core/status.h"
+#include "transfer/transfer_engine.h"
+
+namespace hiq {
+
+// One sequence in a forward pass.
+struct ForwardItem {
+  std::span<const TokenId> tokens;   // the whole sequence so far (prompt, then generated tokens)
+  std::span<const SlotId> slots;     // an L1 slot for each token of `tokens`
+  size_t first_new = 0;              // tokens[first_new..] get their KV computed; the rest is read
+  // Slots [restored_begin, restored_end) were restored from L2 by `load`:
+  // attention on layer i may read them only after wait_layer(load, i).
+  size_t restored_begin = 0, restored_end = 0;
+  std::optional<Ticket> load;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  // Computes the KV of every item's new tokens into their slots and returns
+  // each item's next token. A failed restore (the load ticket's error) or a
+  // failed self-check is returned as an error: the scheduler recomputes.
+  virtual Result<std::vector<TokenId>> forward(std::span<const ForwardItem> batch) = 0;
+  // The runner's clock, in seconds: virtual for the simulator, wall for a model.
+  virtual double now() const = 0;
+  // Advances the clock to `t` if it is behind (idle time between arrivals).
+  virtual void advance_to(double t) = 0;
+};
+
+}  // namespace hiq

@@ -1,0 +1,208 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/check.h"
+
+namespace hiq {
+
+struct Scheduler::Active {
+  Request request;
+  RequestResult result;
+  std::vector<TokenId> tokens;    // prompt, then the generated tokens fed back
+  std::vector<SlotId> slots;      // an L1 slot per token of `tokens`
+  std::vector<SlotId> reserved;   // L1 slots set aside for the remaining prompt and output tokens
+  size_t cached = 0;              // tokens whose KV was cached (L1 or restored)
+  size_t restored_begin = 0, restored_end = 0;
+  std::optional<Ticket> load;
+  CacheLock lock;
+};
+
+Scheduler::Scheduler(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
+                     SchedulerOptions options)
+    : cache_(cache), l1_(l1), engine_(engine), runner_(runner), options_(options) {}
+
+Scheduler::~Scheduler() {
+  for (auto& a : running_) release(*a);
+}
+
+void Scheduler::submit(Request request, double arrival) {
+  auto a = std::make_unique<Active>();
+  a->result.id = request.id;
+  a->result.prompt_tokens = request.prompt.size();
+  a->result.arrival = arrival;
+  a->request = std::move(request);
+  waiting_.push_back(std::move(a));
+}
+
+// Frees what a request holds that the tree does not own, and its lock.
+void Scheduler::release(Active& a) {
+  if (!a.reserved.empty()) HIQ_CHECK(l1_.allocator().free(a.reserved).is_ok());
+  a.reserved.clear();
+  a.lock.release();
+}
+
+Scheduler::Admission Scheduler::admit(Active& a) {
+  const std::vector<TokenId>& prompt = a.request.prompt;
+  const size_t page = cache_.page_size();
+  // At most every token but the last comes from the cache: the last is always
+  // computed, for the logits of the first output token.
+  const size_t usable = (prompt.size() - 1) / page * page;
+  PrefixMatch m = cache_.match_prefix(prompt);
+  a.slots = m.l1_slots;
+  if (a.slots.size() > usable) a.slots.resize(usable);
+  a.lock = cache_.lock(m.l1_node);
+  a.load.reset();
+  a.restored_begin = a.restored_end = a.slots.size();
+  if (m.host_tokens > 0 && m.l1_slots.size() + m.host_tokens <= usable && engine_ != nullptr) {
+    auto back = cache_.load_back(m);
+    if (back.is_ok()) {
+      a.lock = cache_.lock(back->node);
+      a.load = back->ticket;
+      a.slots.insert(a.slots.end(), back->l1_slots.begin(), back->l1_slots.end());
+      a.restored_end = a.slots.size();
+    }
+  }
+  a.cached = a.slots.size();
+  // Slots for the rest of the prompt and for every output token but the last
+  // (whose KV is never computed), reserved now so decode never runs out.
+  const size_t needed = prompt.size() - a.cached + static_cast<size_t>(std::max(0, a.request.max_new_tokens - 1));
+  if (needed > l1_.num_slots()) {
+    a.lock.release();
+    a.result.status = resource_exhausted("request " + std::to_string(a.request.id) + " needs " +
+                                         std::to_string(needed) + " L1 slots; the pool has " +
+                                         std::to_string(l1_.num_slots()));
+    return Admission::kRejected;
+  }
+  if (l1_.allocator().free_count() < needed) cache_.evict_l1(needed - l1_.allocator().free_count());
+  auto slots = l1_.allocator().allocate(needed);
+  if (!slots) {
+    a.lock.release();  // a restore already issued completes into the tree; it is not lost
+    a.slots.clear();
+    return Admission::kWait;
+  }
+  a.reserved = std::move(*slots);
+  a.result.cached_l1_tokens = a.restored_begin;
+  a.result.cached_l2_tokens = a.restored_end - a.restored_begin;
+  return Admission::kAdmitted;
+}
+
+Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
+  std::vector<ForwardItem> items;
+  for (auto& a : batch) {
+    a->tokens = a->request.prompt;
+    const size_t fresh = a->tokens.size() - a->cached;
+    a->slots.insert(a->slots.end(), a->reserved.begin(), a->reserved.begin() + static_cast<std::ptrdiff_t>(fresh));
+    a->reserved.erase(a->reserved.begin(), a->reserved.begin() + static_cast<std::ptrdiff_t>(fresh));
+    items.push_back({a->tokens, a->slots, a->cached, a->restored_begin, a->restored_end, a->load});
+  }
+  auto next = runner_.forward(items);
+  if (!next) {
+    // A restore that failed is recomputed: the whole batch goes back to the
+    // queue (its fresh slots freed; the tree settles the failed restore).
+    bool restore_failed = false;
+    for (auto& a : batch)
+      if (a->load && engine_ && !engine_->wait(*a->load).is_ok()) restore_failed = true;
+    if (!restore_failed) return next.status();
+    for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+      Active& a = **it;
+      std::vector<SlotId> fresh(a.slots.begin() + static_cast<std::ptrdiff_t>(a.cached), a.slots.end());
+      HIQ_CHECK(l1_.allocator().free(fresh).is_ok());
+      release(a);
+      a.slots.clear();
+      waiting_.push_front(std::move(*it));
+    }
+    batch.clear();
+    return Status::ok();
+  }
+  const double now = runner_.now();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Active& a = *batch[i];
+    a.result.first_token = now;
+    a.result.output.push_back((*next)[i]);
+    // The tree takes the prompt's whole pages; from now on read them through it.
+    RadixNode* node = cache_.insert(a.tokens, a.slots);
+    a.lock = cache_.lock(node);
+    const std::vector<SlotId> canonical = cache_.l1_slots_to(node);
+    HIQ_CHECK(canonical.size() <= a.slots.size());
+    std::copy(canonical.begin(), canonical.end(), a.slots.begin());
+    a.load.reset();
+  }
+  return Status::ok();
+}
+
+Status Scheduler::decode() {
+  std::vector<ForwardItem> items;
+  for (auto& a : running_) {
+    a->tokens.push_back(a->result.output.back());
+    a->slots.push_back(a->reserved.front());
+    a->reserved.erase(a->reserved.begin());
+    items.push_back({a->tokens, a->slots, a->tokens.size() - 1, 0, 0, std::nullopt});
+  }
+  HIQ_ASSIGN_OR_RETURN(std::vector<TokenId> next, runner_.forward(items));
+  for (size_t i = 0; i < running_.size(); ++i) running_[i]->result.output.push_back(next[i]);
+  return Status::ok();
+}
+
+void Scheduler::finish(Active& a) {
+  a.result.finish = runner_.now();
+  // The whole sequence whose KV exists: prompt and every output token but the last.
+  (void)cache_.insert(a.tokens, a.slots);
+  const size_t whole = a.tokens.size() / cache_.page_size() * cache_.page_size();
+  const std::span<const SlotId> tail = std::span(a.slots).subspan(whole);
+  HIQ_CHECK(l1_.allocator().free(tail).is_ok());
+  release(a);
+  finished_.push_back(std::move(a.result));
+}
+
+Result<bool> Scheduler::step() {
+  // Finish requests that have all their tokens.
+  for (auto it = running_.begin(); it != running_.end();) {
+    if (static_cast<int>((*it)->result.output.size()) >= (*it)->request.max_new_tokens) {
+      finish(**it);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Admit what fits the prefill budget, in arrival order.
+  std::vector<std::unique_ptr<Active>> batch;
+  size_t budget = options_.max_prefill_tokens;
+  while (!waiting_.empty() && running_.size() + batch.size() < options_.max_running_requests) {
+    Active& a = *waiting_.front();
+    if (!batch.empty() && a.request.prompt.size() > budget) break;
+    const Admission admission = admit(a);
+    if (admission == Admission::kWait) break;
+    std::unique_ptr<Active> owned = std::move(waiting_.front());
+    waiting_.pop_front();
+    if (admission == Admission::kRejected) {
+      finished_.push_back(std::move(owned->result));
+      continue;
+    }
+    budget -= std::min(budget, owned->request.prompt.size() - owned->cached);
+    batch.push_back(std::move(owned));
+  }
+  if (!batch.empty()) {
+    HIQ_RETURN_IF_ERROR(prefill(batch));
+    for (auto& a : batch) running_.push_back(std::move(a));
+  } else if (!running_.empty()) {
+    HIQ_RETURN_IF_ERROR(decode());
+  } else if (!waiting_.empty() && cache_.transfers_in_flight() > 0) {
+    cache_.drain_transfers();  // KV under backup cannot be evicted yet: wait for it, then retry
+  } else if (!waiting_.empty()) {
+    // Nothing runs, nothing is in flight, and the head of the queue does not
+    // fit although admit() evicted all it could: it never will.
+    auto a = std::move(waiting_.front());
+    waiting_.pop_front();
+    a->result.status = resource_exhausted("request " + std::to_string(a->request.id) +
+                                          " does not fit in L1 even with everything else evicted");
+    finished_.push_back(std::move(a->result));
+  }
+  cache_.poll_transfers();
+  return !waiting_.empty() || !running_.empty();
+}
+
+std::vector<RequestResult> Scheduler::take_finished() { return std::exchange(finished_, {}); }
+
+}  // namespace hiq

@@ -1,0 +1,75 @@
+// engine/scheduler.h — continuous batching over the hierarchical cache.
+//
+// A request goes: waiting → admitted (prefix matched, its L1 part locked, its
+// host part restored through the transfer engine, L1 slots reserved for the
+// rest of the prompt and every output token) → prefilled (first token; prompt
+// KV inserted into the tree) → decoding (one token per step) → finished (all
+// KV inserted, locks released, unused slots freed). Each step either prefills
+// the requests that fit the step's token budget or, when none can be admitted,
+// runs one decode step of every running request. A request that can never fit
+// in L1 is rejected with a reason; one that cannot fit now waits. A restore
+// that fails sends its request back to the queue to be recomputed.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "cache/radix_cache.h"
+#include "engine/model_runner.h"
+#include "engine/workload.h"
+#include "memory/device_kv_pool.h"
+
+namespace hiq {
+
+struct SchedulerOptions {
+  size_t max_prefill_tokens = 16384;  // new prompt tokens per prefill step (SGLang --max-prefill-tokens)
+  size_t max_running_requests = 256;  // requests admitted at once
+};
+
+struct RequestResult {
+  uint64_t id = 0;
+  Status status;                         // OK, or why the request was rejected
+  size_t prompt_tokens = 0;
+  size_t cached_l1_tokens = 0;           // prompt tokens found in L1
+  size_t cached_l2_tokens = 0;           // prompt tokens restored from L2
+  std::vector<TokenId> output;
+  double arrival = 0, first_token = 0, finish = 0;  // runner clock, seconds
+  double ttft() const { return first_token - arrival; }
+};
+
+class Scheduler {
+ public:
+  Scheduler(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
+            SchedulerOptions options = {});
+  ~Scheduler();
+
+  void submit(Request request, double arrival);
+  // One iteration. Returns false once nothing is waiting or running; an error
+  // is a bug that must stop the run (e.g. the simulated model read wrong KV).
+  Result<bool> step();
+  std::vector<RequestResult> take_finished();
+  size_t waiting() const { return waiting_.size(); }
+  size_t running() const { return running_.size(); }
+
+ private:
+  struct Active;
+  enum class Admission { kAdmitted, kWait, kRejected };
+  Admission admit(Active& a);
+  Status prefill(std::vector<std::unique_ptr<Active>>& batch);
+  Status decode();
+  void finish(Active& a);
+  void release(Active& a);
+
+  RadixCache& cache_;
+  DeviceKvPool& l1_;
+  TransferEngine* engine_;
+  ModelRunner& runner_;
+  SchedulerOptions options_;
+  std::deque<std::unique_ptr<Active>> waiting_;
+  std::vector<std::unique_ptr<Active>> running_;
+  std::vector<RequestResult> finished_;
+};
+
+}  // namespace hiq

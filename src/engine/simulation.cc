@@ -1,0 +1,97 @@
+#include "engine/simulation.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace hiq {
+namespace {
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+}  // namespace
+
+Result<SimulationReport> run_simulation(const SimulationConfig& config, std::vector<Request> requests,
+                                        const std::function<void(size_t, size_t)>& progress) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  if (config.max_concurrency == 0) return invalid_argument("--max-concurrency must be positive");
+  HIQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> l1,
+                       make_host_memory_device_pool(config.geometry, config.max_total_tokens));
+  std::unique_ptr<HostKvPool> l2;
+  std::unique_ptr<TransferEngine> engine;
+  if (config.hicache) {
+    HIQ_ASSIGN_OR_RETURN(l2, HostKvPool::create(config.geometry, config.host, config.max_total_tokens));
+    TransferEngineOptions eo;
+    eo.workers = config.transfer_workers;
+    HIQ_ASSIGN_OR_RETURN(engine, make_cpu_transfer_engine(*l1, *l2, eo));
+  }
+  SimRunner runner(*l1, l2.get(), engine.get(), config.cost);
+  SimulationReport report;
+  std::vector<double> ttfts;
+  {
+    RadixCache cache(*l1, l2.get(), engine.get(), config.cache);
+    Scheduler scheduler(cache, *l1, engine.get(), runner, config.scheduler);
+    const size_t total = requests.size();
+    size_t next = 0, done = 0;
+    for (; next < std::min(total, config.max_concurrency); ++next) scheduler.submit(std::move(requests[next]), 0.0);
+    while (true) {
+      HIQ_ASSIGN_OR_RETURN(bool busy, scheduler.step());
+      for (RequestResult& r : scheduler.take_finished()) {
+        ++done;
+        if (!r.status.is_ok()) {
+          ++report.rejected;
+        } else {
+          report.prompt_tokens += r.prompt_tokens;
+          report.cached_l1_tokens += r.cached_l1_tokens;
+          report.cached_l2_tokens += r.cached_l2_tokens;
+          report.output_tokens += r.output.size();
+          ttfts.push_back(r.ttft());
+        }
+        if (next < total) scheduler.submit(std::move(requests[next++]), runner.now());  // the client's next request
+        if (progress) progress(done, total);
+      }
+      if (!busy && scheduler.waiting() == 0 && scheduler.running() == 0 && next >= total) break;
+    }
+    cache.drain_transfers();
+    const RadixCacheStats& cs = cache.stats();
+    report.requests = total;
+    report.restored_tokens = cs.load_back_tokens;
+    report.backup_tokens = cs.backup_tokens;
+    report.l1_evicted_tokens = cs.l1_evicted_to_host_tokens + cs.l1_dropped_tokens;
+    report.l2_evicted_tokens = cs.l2_evicted_tokens;
+    report.l2_used_tokens = cache.l2_tokens();
+  }
+  if (l2) {
+    report.l2_capacity_tokens = l2->capacity_tokens();
+    const TransferStats ts = engine->stats();
+    report.l2_bytes_per_token =
+        ts.backup_tokens ? static_cast<double>(ts.backup_bytes) / static_cast<double>(ts.backup_tokens) : 0.0;
+  }
+  const auto rate = [&](uint64_t part) {
+    return report.prompt_tokens ? static_cast<double>(part) / static_cast<double>(report.prompt_tokens) : 0.0;
+  };
+  report.hit_rate_device = rate(report.cached_l1_tokens);
+  report.hit_rate_host = rate(report.cached_l2_tokens);
+  report.hit_rate = rate(report.cached_l1_tokens + report.cached_l2_tokens);
+  report.verified_tokens = runner.stats().verified_tokens;
+  if (!ttfts.empty()) {
+    double sum = 0;
+    for (double t : ttfts) sum += t;
+    report.ttft_mean = sum / static_cast<double>(ttfts.size());
+    report.ttft_p50 = percentile(ttfts, 0.5);
+    report.ttft_p99 = percentile(ttfts, 0.99);
+  }
+  report.virtual_seconds = runner.now();
+  report.output_tokens_per_s =
+      report.virtual_seconds > 0 ? static_cast<double>(report.output_tokens) / report.virtual_seconds : 0.0;
+  report.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return report;
+}
+
+}  // namespace hiq

@@ -1,0 +1,50 @@
+// engine/simulation.h — `hiq sim`: the real cache, transfer engine, codecs and
+// scheduler on real bytes, driven by a workload through SimRunner's virtual
+// clock. Clients run closed-loop: `max_concurrency` requests are in the system
+// at once, and each finished request lets its client send the next.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "cache/radix_cache.h"
+#include "engine/scheduler.h"
+#include "engine/sim_runner.h"
+#include "engine/workload.h"
+#include "memory/host_kv_pool.h"
+
+namespace hiq {
+
+struct SimulationConfig {
+  KvGeometry geometry;
+  size_t max_total_tokens = 16384;  // --max-total-tokens: L1 slots
+  bool hicache = true;              // false: --no-hicache, an L1-only cache
+  HostKvPoolOptions host;           // --hicache-codec, --record-align, --hicache-size / --hicache-ratio
+  RadixCacheOptions cache;          // --hicache-write-policy
+  SchedulerOptions scheduler;
+  SimCostModel cost;
+  size_t max_concurrency = 8;       // --max-concurrency
+  int transfer_workers = 2;
+};
+
+struct SimulationReport {
+  size_t requests = 0, rejected = 0;
+  uint64_t prompt_tokens = 0, cached_l1_tokens = 0, cached_l2_tokens = 0, output_tokens = 0;
+  double hit_rate = 0, hit_rate_device = 0, hit_rate_host = 0;  // cached prompt tokens ÷ prompt tokens
+  size_t l2_capacity_tokens = 0;
+  size_t l2_used_tokens = 0;          // at the end of the run
+  double l2_bytes_per_token = 0;      // measured: backup bytes ÷ backed-up tokens
+  uint64_t restored_tokens = 0, backup_tokens = 0, l1_evicted_tokens = 0, l2_evicted_tokens = 0;
+  uint64_t verified_tokens = 0;       // cached tokens the simulated model checked on read
+  double ttft_mean = 0, ttft_p50 = 0, ttft_p99 = 0;  // seconds, virtual
+  double virtual_seconds = 0, output_tokens_per_s = 0;
+  double wall_seconds = 0;
+};
+
+// Runs the requests to completion. `progress(done, total)` is called as
+// requests finish (may be null). Errors: a configuration that cannot be built
+// (the pools' messages), or a self-check failure of the simulated model.
+Result<SimulationReport> run_simulation(const SimulationConfig& config, std::vector<Request> requests,
+                                        const std::function<void(size_t, size_t)>& progress = nullptr);
+
+}  // namespace hiq

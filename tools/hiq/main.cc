@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   const std::vector<hiq::cli::Subcommand> commands = {
       hiq::cli::add_layout_command(app),
       hiq::cli::add_devices_command(app),
+      hiq::cli::add_sim_command(app),
   };
   try {
     app.parse(argc, argv);

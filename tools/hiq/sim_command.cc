@@ -1,0 +1,189 @@
+// `hiq sim`: the cache, transfer engine, codecs and scheduler on real bytes,
+// with a simulated model and a virtual clock, on SGLang bench_serving-style
+// workloads.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "core/units.h"
+#include "engine/simulation.h"
+#include "kv/model_config.h"
+#include "tools/hiq/commands.h"
+#include "tools/hiq/table.h"
+
+namespace hiq::cli {
+namespace {
+
+struct SimFlags {
+  std::string model = "qwen3-8b";
+  int tp = 1;
+  int page_size = 1;
+  int64_t max_total_tokens = 16384;
+  std::string hicache_size = "8GB";
+  double hicache_ratio = 0;  // used when --hicache-size is 0
+  std::string write_policy = "write_through";
+  std::string codec = "int8";
+  int64_t record_align = static_cast<int64_t>(kDefaultRecordAlign);
+  bool no_hicache = false;
+  std::string dataset = "generated-shared-prefix";
+  SharedPrefixWorkload workload;
+  int64_t max_concurrency = 8;
+  int64_t max_prefill_tokens = 16384;
+  int transfer_workers = 2;
+  bool json = false;
+};
+
+std::string fixed(double v, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+Result<SimulationConfig> build_config(const SimFlags& f) {
+  SimulationConfig c;
+  GeometryOptions go;
+  go.tp_size = f.tp;
+  go.page_size = f.page_size;
+  HIQ_ASSIGN_OR_RETURN(c.geometry, resolve_model_geometry(f.model, go));
+  if (f.max_total_tokens <= 0) return invalid_argument("--max-total-tokens must be positive");
+  c.max_total_tokens = static_cast<size_t>(f.max_total_tokens);
+  c.hicache = !f.no_hicache;
+  HIQ_ASSIGN_OR_RETURN(c.host.codec, parse_codec(f.codec));
+  if (f.record_align <= 0 || f.record_align > static_cast<int64_t>(kMaxRecordAlign))
+    return invalid_argument("--record-align must be a power of two from 1 to " + std::to_string(kMaxRecordAlign));
+  c.host.record_align = static_cast<size_t>(f.record_align);
+  auto size = parse_byte_size(f.hicache_size, kGB);
+  if (!size) return size.status().with_context("--hicache-size");
+  c.host.size_bytes = *size;
+  if (*size == 0) {
+    if (!(f.hicache_ratio > 0)) return invalid_argument("--hicache-size 0 needs a positive --hicache-ratio");
+    c.host.ratio = f.hicache_ratio;
+  }
+  HIQ_ASSIGN_OR_RETURN(c.cache.write_policy, parse_write_policy(f.write_policy));
+  if (f.max_concurrency <= 0) return invalid_argument("--max-concurrency must be positive");
+  c.max_concurrency = static_cast<size_t>(f.max_concurrency);
+  if (f.max_prefill_tokens <= 0) return invalid_argument("--max-prefill-tokens must be positive");
+  c.scheduler.max_prefill_tokens = static_cast<size_t>(f.max_prefill_tokens);
+  if (f.transfer_workers <= 0) return invalid_argument("--transfer-workers must be positive");
+  c.transfer_workers = f.transfer_workers;
+  return c;
+}
+
+int run_sim(const SimFlags& f) {
+  if (f.dataset != "generated-shared-prefix")
+    return report_error("sim", invalid_argument("--dataset-name '" + f.dataset +
+                                                "' is not supported yet (generated-shared-prefix is)"));
+  auto config = build_config(f);
+  if (!config) return report_error("sim", config.status());
+  auto requests = f.workload.generate();
+  if (!requests) return report_error("sim", requests.status());
+
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  auto report = run_simulation(*config, std::move(*requests), [&](size_t done, size_t total) {
+    if (tty) {
+      std::fprintf(stderr, "\rhiq sim: %zu/%zu requests", done, total);
+      if (done == total) std::fputc('\n', stderr);
+    } else if (done == total || done % 32 == 0) {
+      std::fprintf(stderr, "hiq sim: %zu/%zu requests\n", done, total);
+    }
+  });
+  if (!report) return report_error("sim", report.status());
+  const SimulationReport& r = *report;
+  const std::string codec = config->hicache ? f.codec : "none";
+
+  if (f.json) {
+    const nlohmann::json out = {
+        {"model", config->geometry.name},
+        {"hicache_codec", codec},
+        {"record_align", f.record_align},
+        {"write_policy", f.write_policy},
+        {"max_total_tokens", config->max_total_tokens},
+        {"requests", r.requests},
+        {"rejected", r.rejected},
+        {"prompt_tokens", r.prompt_tokens},
+        {"hit_rate", r.hit_rate},
+        {"hit_rate_device", r.hit_rate_device},
+        {"hit_rate_host", r.hit_rate_host},
+        {"l2_capacity_tokens", r.l2_capacity_tokens},
+        {"l2_used_tokens", r.l2_used_tokens},
+        {"l2_bytes_per_token", r.l2_bytes_per_token},
+        {"restored_tokens", r.restored_tokens},
+        {"backup_tokens", r.backup_tokens},
+        {"l1_evicted_tokens", r.l1_evicted_tokens},
+        {"l2_evicted_tokens", r.l2_evicted_tokens},
+        {"verified_tokens", r.verified_tokens},
+        {"ttft_ms_mean", r.ttft_mean * 1e3},
+        {"ttft_ms_p50", r.ttft_p50 * 1e3},
+        {"ttft_ms_p99", r.ttft_p99 * 1e3},
+        {"output_tokens_per_s", r.output_tokens_per_s},
+        {"virtual_seconds", r.virtual_seconds},
+        {"wall_seconds", r.wall_seconds},
+    };
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    return 0;
+  }
+  Table t({"metric", "value"});
+  t.add_row({"model", config->geometry.name});
+  t.add_row({"L2 codec", codec});
+  t.add_row({"requests (rejected)", format_count(r.requests) + " (" + format_count(r.rejected) + ")"});
+  t.add_row({"hit rate", fixed(100 * r.hit_rate, 1) + " %"});
+  t.add_row({"  from L1 (device)", fixed(100 * r.hit_rate_device, 1) + " %"});
+  t.add_row({"  from L2 (host)", fixed(100 * r.hit_rate_host, 1) + " %"});
+  t.add_row({"L2 capacity", format_count(r.l2_capacity_tokens) + " tokens"});
+  t.add_row({"L2 used at end", format_count(r.l2_used_tokens) + " tokens"});
+  t.add_row({"L2 bytes/token (measured)", format_count(static_cast<uint64_t>(r.l2_bytes_per_token))});
+  t.add_row({"tokens restored", format_count(r.restored_tokens)});
+  t.add_row({"tokens backed up", format_count(r.backup_tokens)});
+  t.add_row({"evicted L1 / L2 tokens", format_count(r.l1_evicted_tokens) + " / " + format_count(r.l2_evicted_tokens)});
+  t.add_row({"cached tokens checked", format_count(r.verified_tokens)});
+  t.add_row({"TTFT mean / p50 / p99", fixed(r.ttft_mean * 1e3, 1) + " / " + fixed(r.ttft_p50 * 1e3, 1) + " / " +
+                                          fixed(r.ttft_p99 * 1e3, 1) + " ms"});
+  t.add_row({"output throughput", fixed(r.output_tokens_per_s, 1) + " tok/s (simulated)"});
+  t.add_row({"wall time", fixed(r.wall_seconds, 2) + " s"});
+  t.print(std::cout);
+  return 0;
+}
+
+}  // namespace
+
+Subcommand add_sim_command(CLI::App& parent) {
+  auto f = std::make_shared<SimFlags>();
+  CLI::App* app = parent.add_subcommand(
+      "sim", "Simulate serving a workload through the hierarchical cache (real cache, codecs and bytes; virtual model)");
+  app->add_option("--model", f->model, "Preset name or config.json path")->capture_default_str();
+  app->add_option("--tp", f->tp, "Tensor-parallel ranks")->capture_default_str();
+  app->add_option("--page-size", f->page_size, "Tokens per page")->capture_default_str();
+  app->add_option("--max-total-tokens", f->max_total_tokens, "L1 capacity in tokens")->capture_default_str();
+  app->add_option("--hicache-size", f->hicache_size, "Host (L2) budget: 8GB, 8GiB, fractions; 0 uses --hicache-ratio")
+      ->capture_default_str();
+  app->add_option("--hicache-ratio", f->hicache_ratio, "L2 tokens per L1 token, when --hicache-size is 0");
+  app->add_option("--hicache-write-policy", f->write_policy, "write_through, write_through_selective or write_back")
+      ->capture_default_str();
+  app->add_option("--hicache-codec", f->codec, "L2 codec: bf16, int8, fp8, int4, int4h")->capture_default_str();
+  app->add_option("--record-align", f->record_align, "Pad L2 records to a multiple of this many bytes")
+      ->capture_default_str();
+  app->add_flag("--no-hicache", f->no_hicache, "No host tier: L1 only");
+  app->add_option("--dataset-name", f->dataset, "Workload (generated-shared-prefix)")->capture_default_str();
+  app->add_option("--gsp-num-groups", f->workload.num_groups, "Shared-prefix groups")->capture_default_str();
+  app->add_option("--gsp-prompts-per-group", f->workload.prompts_per_group, "Prompts per group")
+      ->capture_default_str();
+  app->add_option("--gsp-system-prompt-len", f->workload.system_prompt_len, "Shared prefix tokens")
+      ->capture_default_str();
+  app->add_option("--gsp-question-len", f->workload.question_len, "Per-prompt tokens after the prefix")
+      ->capture_default_str();
+  app->add_option("--gsp-output-len", f->workload.output_len, "Tokens generated per request")->capture_default_str();
+  app->add_option("--max-concurrency", f->max_concurrency, "Requests in the system at once (closed loop)")
+      ->capture_default_str();
+  app->add_option("--max-prefill-tokens", f->max_prefill_tokens, "New prompt tokens per prefill step")
+      ->capture_default_str();
+  app->add_option("--seed", f->workload.seed, "Seed of the workload's tokens and order")->capture_default_str();
+  app->add_option("--transfer-workers", f->transfer_workers, "CPU transfer engine threads")->capture_default_str();
+  app->add_flag("--json", f->json, "Print one JSON object instead of a table");
+  return {app, [f] { return run_sim(*f); }};
+}
+
+}  // namespace hiq::cli

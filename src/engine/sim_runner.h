@@ -1,11 +1,20 @@
 // engine/sim_runner.h — a model stand-in for the simulator and the tests.
 //
-// It writes deterministic synthetic KV into L1 — each token's rows are a
-// function of a hash of the whole prefix up to it, the layer and K|V, so KV
-// served for the wrong prefix, position, layer or slot is a different row —
-// and on every read of a cached token it checks, row by row, that the slot
-// holds exactly the expected values or, for KV restored from L2, the codec's
-// exact round trip of them. A mismatch fails the forward pass loudly.
+// It writes deterministic synthetic KV into L1 and checks it on every read.
+// Each (layer, K|V) has a pool of 64 random rows (Gaussian-like, varied
+// magnitudes); the row a token gets is chosen by a hash of the whole prefix up
+// to it, the layer and the part, so KV served for the wrong prefix, position,
+// layer or slot is (with probability 63/64 per row, over many rows: surely) a
+// different row. The pools and their codec round trips are computed once, so
+// writing a token is a copy and checking it a comparison, at memory speed:
+// full-size runs stay fast with real bytes.
+//
+// Checks: a prefill compares every row of every cached token it reads with the
+// expected row, or — for KV restored from L2 — with the codec's exact round
+// trip of it. A decode step reads its whole context again; it compares one
+// (layer, part) row of every context token, a different one each step, so a
+// request's decode steps together cover the rows. A mismatch fails the forward
+// pass loudly.
 //
 // Time is virtual: a forward pass costs its prefill tokens at
 // `prefill_tokens_per_s` (or one decode step), and a restore costs its bytes
@@ -33,7 +42,8 @@ struct SimCostModel {
 struct SimRunnerStats {
   uint64_t forward_calls = 0;
   uint64_t computed_tokens = 0;   // KV rows written by the "model"
-  uint64_t verified_tokens = 0;   // cached tokens whose KV was checked on read
+  uint64_t verified_tokens = 0;   // cached tokens whose KV was checked on read (prefill: every row)
+  uint64_t verified_rows = 0;     // rows compared, prefill and decode
   uint64_t restored_tokens_read = 0;
   double compute_seconds = 0, restore_seconds = 0;
 };
@@ -53,8 +63,12 @@ class SimRunner final : public ModelRunner {
   static uint64_t prefix_hash(std::span<const TokenId> tokens, size_t p);
 
  private:
-  void synthesize(uint64_t hash, int layer, KvPart part, std::span<uint16_t> row) const;
-  Status verify(uint64_t hash, SlotId slot, bool may_be_restored, size_t position);
+  static constexpr int kPatterns = 64;  // rows per (layer, part) pool
+  size_t pattern(uint64_t hash, int row_index) const;
+  const uint16_t* exact(int row_index, size_t pattern) const;
+  const uint16_t* restored(int row_index, size_t pattern) const;
+  // Compares the rows [first_row, last_row) of (layer, part) index space.
+  Status verify(uint64_t hash, SlotId slot, int first_row, int last_row, size_t position);
 
   DeviceKvPool& l1_;
   const HostKvPool* l2_;
@@ -63,8 +77,10 @@ class SimRunner final : public ModelRunner {
   int vocab_size_;
   double clock_ = 0;
   SimRunnerStats stats_;
-  std::vector<uint16_t> expected_, restored_;  // scratch rows
-  std::vector<std::byte> record_;              // scratch record
+  int rows_per_token_;                 // layers × parts; row r is (layer r / parts, part r % parts)
+  std::vector<std::vector<uint16_t>> exact_;     // per row index: kPatterns rows back to back
+  std::vector<std::vector<uint16_t>> restored_;  // the same, through the L2 codec (empty without L2)
+  uint64_t decode_steps_ = 0;
 };
 
 }  // namespace hiq

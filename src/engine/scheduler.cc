@@ -166,16 +166,34 @@ Result<bool> Scheduler::step() {
       ++it;
     }
   }
-  // Admit what fits the prefill budget, in arrival order.
+  // Admit what fits the prefill budget, in arrival order. A request that
+  // shares a prefix of at least `in_batch_prefix_tokens` with one already in
+  // this batch waits one step (as SGLang's in-batch prefix check does): next
+  // step it finds that prefix in the tree instead of computing it twice.
   std::vector<std::unique_ptr<Active>> batch;
   size_t budget = options_.max_prefill_tokens;
-  while (!waiting_.empty() && running_.size() + batch.size() < options_.max_running_requests) {
-    Active& a = *waiting_.front();
+  const auto shares_prefix_with_batch = [&](const Active& a) {
+    for (const auto& b : batch) {
+      const auto& x = a.request.prompt;
+      const auto& y = b->request.prompt;
+      const size_t n = std::min({x.size(), y.size(), options_.in_batch_prefix_tokens});
+      if (n == options_.in_batch_prefix_tokens && std::equal(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n), y.begin()))
+        return true;
+    }
+    return false;
+  };
+  for (auto it = waiting_.begin();
+       it != waiting_.end() && running_.size() + batch.size() < options_.max_running_requests;) {
+    Active& a = **it;
     if (!batch.empty() && a.request.prompt.size() > budget) break;
+    if (options_.in_batch_prefix_tokens > 0 && shares_prefix_with_batch(a)) {
+      ++it;  // deferred to the next step
+      continue;
+    }
     const Admission admission = admit(a);
     if (admission == Admission::kWait) break;
-    std::unique_ptr<Active> owned = std::move(waiting_.front());
-    waiting_.pop_front();
+    std::unique_ptr<Active> owned = std::move(*it);
+    it = waiting_.erase(it);
     if (admission == Admission::kRejected) {
       finished_.push_back(std::move(owned->result));
       continue;

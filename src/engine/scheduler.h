@@ -26,6 +26,7 @@ namespace hiq {
 struct SchedulerOptions {
   size_t max_prefill_tokens = 16384;  // new prompt tokens per prefill step (SGLang --max-prefill-tokens)
   size_t max_running_requests = 256;  // requests admitted at once
+  size_t in_batch_prefix_tokens = 32;  // defer a request sharing this long a prefix with one in the batch; 0: off
 };
 
 struct RequestResult {

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# `hiq sim` run as a user would, at a reduced size: the JSON report has the
+# documented keys and sane values, the host tier helps, and bad flags fail with
+# a message naming them.
+#
+# Usage: HIQ=/path/to/hiq tests/cli_sim_test.sh
+set -euo pipefail
+: "${HIQ:?set HIQ to the path of the hiq binary}"
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/hiq_cli_sim_test.XXXXXX")"
+trap 'rm -rf -- "$TMP"' EXIT
+fail() { echo "FAIL $*" >&2; exit 1; }
+
+small=(--model qwen3-0.6b --max-total-tokens 1024 --gsp-num-groups 8 --gsp-prompts-per-group 4
+       --gsp-system-prompt-len 256 --gsp-question-len 16 --gsp-output-len 4 --max-concurrency 4)
+
+for mode in int8 bf16 none; do
+  extra=(--hicache-codec "$mode" --hicache-size 0.5GB)
+  [[ $mode == none ]] && extra=(--no-hicache)
+  "$HIQ" sim "${small[@]}" "${extra[@]}" --json >"$TMP/$mode.json" 2>"$TMP/$mode.err" \
+    || fail "hiq sim ($mode) exited non-zero: $(cat "$TMP/$mode.err")"
+done
+
+python3 - "$TMP" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+r = {m: json.load(open(f"{tmp}/{m}.json")) for m in ("int8", "bf16", "none")}
+keys = ["hit_rate", "hit_rate_device", "hit_rate_host", "l2_capacity_tokens", "l2_bytes_per_token",
+        "restored_tokens", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "wall_seconds"]
+for m, d in r.items():
+    missing = [k for k in keys if k not in d]
+    assert not missing, f"{m}: missing keys {missing}"
+    assert d["requests"] == 32 and d["rejected"] == 0, (m, d["requests"], d["rejected"])
+    assert abs(d["hit_rate"] - d["hit_rate_device"] - d["hit_rate_host"]) < 1e-9, m
+    assert 0 <= d["ttft_ms_p50"] <= d["ttft_ms_p99"], m
+assert r["none"]["hit_rate_host"] == 0 and r["none"]["l2_capacity_tokens"] == 0
+assert r["bf16"]["hit_rate"] > r["none"]["hit_rate"], "the host tier must raise the hit rate"
+assert r["int8"]["hit_rate"] >= r["bf16"]["hit_rate"]
+assert r["int8"]["l2_bytes_per_token"] == 28 * 2 * (8 * 128 + 16), r["int8"]["l2_bytes_per_token"]
+assert r["bf16"]["l2_bytes_per_token"] == 28 * 2 * 8 * 128 * 2
+print("ok   sim reports:", {m: round(d["hit_rate"], 3) for m, d in r.items()})
+PY
+
+base=(--model qwen3-0.6b --max-total-tokens 1024 --gsp-system-prompt-len 64 --gsp-question-len 8 --gsp-output-len 2)
+expect_error() {  # expect_error NEEDLE ARGS...: our own validation, not the flag parser's
+  local needle="$1"; shift
+  if "$HIQ" sim "${base[@]}" "$@" >"$TMP/out" 2>"$TMP/err"; then fail "hiq sim $* succeeded"; fi
+  grep -q "^hiq sim: error: " "$TMP/err" || fail "hiq sim $*: not a hiq error: $(cat "$TMP/err")"
+  grep -qiE -- "$needle" "$TMP/err" || fail "hiq sim $*: stderr lacks '$needle': $(cat "$TMP/err")"
+  echo "ok   error: $(cat "$TMP/err")"
+}
+expect_error "--hicache-write-policy" --hicache-write-policy write_around
+expect_error "int3" --hicache-codec int3
+expect_error "--dataset-name" --dataset-name sharegpt
+expect_error "--max-concurrency" --max-concurrency 0
+expect_error "--gsp-num-groups" --gsp-num-groups 0
+expect_error "--hicache-ratio" --hicache-size 0
+echo "all sim checks passed"

@@ -354,15 +354,7 @@ size_t RadixCache::evict_l1(size_t tokens) {
         const Ticket ticket = inflight_.back().first;
         const bool ok = engine_->wait(ticket).is_ok();
         std::erase_if(inflight_, [&](const auto& e) { return e.first == ticket; });
-        victim->transfer = NodeTransfer::kNone;
-        if (ok) {
-          stats_.backup_tokens += size;
-        } else {
-          HIQ_CHECK(l2_->allocator().free(victim->l2).is_ok());
-          victim->l2.clear();
-          l2_tokens_ -= size;
-          ++stats_.backup_failures;
-        }
+        settle(victim, ok);
       }
     }
     if (victim->in_l2()) {
@@ -449,32 +441,34 @@ Result<LoadBack> RadixCache::load_back(const PrefixMatch& match) {
   return LoadBack{*ticket, std::move(slots), chain.back()};
 }
 
+void RadixCache::settle(RadixNode* n, bool ok) {
+  const size_t size = n->size();
+  if (n->transfer == NodeTransfer::kBackup) {
+    if (ok) {
+      stats_.backup_tokens += size;
+    } else {
+      HIQ_CHECK(l2_->allocator().free(n->l2).is_ok());
+      n->l2.clear();
+      l2_tokens_ -= size;
+      ++stats_.backup_failures;
+    }
+  } else if (n->transfer == NodeTransfer::kLoad) {
+    if (ok) {
+      stats_.load_back_tokens += size;
+    } else {  // back to host-only: the request that wanted it recomputes
+      HIQ_CHECK(l1_.allocator().free(n->l1).is_ok());
+      n->l1.clear();
+      l1_tokens_ -= size;
+      ++stats_.load_back_failures;
+    }
+  }
+  n->transfer = NodeTransfer::kNone;
+}
+
 void RadixCache::apply(const Completion& completion) {
   auto it = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& e) { return e.first == completion.ticket; });
   if (it == inflight_.end()) return;  // already settled (write-back waits for its own backups)
-  for (RadixNode* n : it->second) {
-    const size_t size = n->size();
-    if (n->transfer == NodeTransfer::kBackup) {
-      if (completion.status.is_ok()) {
-        stats_.backup_tokens += size;
-      } else {
-        HIQ_CHECK(l2_->allocator().free(n->l2).is_ok());
-        n->l2.clear();
-        l2_tokens_ -= size;
-        ++stats_.backup_failures;
-      }
-    } else if (n->transfer == NodeTransfer::kLoad) {
-      if (completion.status.is_ok()) {
-        stats_.load_back_tokens += size;
-      } else {  // back to host-only: the request that wanted it recomputes
-        HIQ_CHECK(l1_.allocator().free(n->l1).is_ok());
-        n->l1.clear();
-        l1_tokens_ -= size;
-        ++stats_.load_back_failures;
-      }
-    }
-    n->transfer = NodeTransfer::kNone;
-  }
+  for (RadixNode* n : it->second) settle(n, completion.status.is_ok());
   inflight_.erase(it);
   HIQ_CACHE_DEBUG_CHECK();
 }

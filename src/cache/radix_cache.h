@@ -191,6 +191,9 @@ class RadixCache {
   void drop(RadixNode* node);
   bool l1_evictable(const RadixNode* node) const;
   void apply(const Completion& completion);
+  // Ends a node's transfer: a good backup or restore makes its copy valid, a
+  // failed one frees the slots it was writing.
+  void settle(RadixNode* node, bool ok);
   Result<std::vector<SlotId>> allocate_l1(size_t tokens);
   Result<std::vector<SlotId>> allocate_l2(size_t tokens);
   uint64_t tick() { return ++clock_; }

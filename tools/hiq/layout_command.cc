@@ -82,15 +82,10 @@ Result<LayoutRow> layout_row(const KvGeometry& g, CodecKind codec, size_t align,
   return row;
 }
 
-std::string fixed(double v, int digits) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
 
 // "−43.75 %", "+12.50 %", "0.00 %".
 std::string signed_percent(double fraction) {
-  const std::string digits = fixed(std::fabs(fraction) * 100, 2);
+  const std::string digits = format_fixed(std::fabs(fraction) * 100, 2);
   if (digits == "0.00") return digits + " %";
   return (fraction < 0 ? "−" : "+") + digits + " %";
 }
@@ -180,7 +175,7 @@ int run_layout(const LayoutFlags& f) {
     table.add_row({std::string(codec_name(r.codec)), per_row, format_count(r.k.payload_bytes),
                    format_count(r.k.scale_bytes()), format_count(r.k.padding_bytes()),
                    format_count(r.bytes_per_token), format_count(r.capacity_tokens),
-                   fixed(r.ratio_vs_bf16, 4) + "×",
+                   format_fixed(r.ratio_vs_bf16, 4) + "×",
                    signed_percent(-r.memory_reduction)});
   }
   table.print(std::cout);

@@ -37,11 +37,6 @@ struct SimFlags {
   bool json = false;
 };
 
-std::string fixed(double v, int digits) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
 
 Result<SimulationConfig> build_config(const SimFlags& f) {
   SimulationConfig c;
@@ -130,9 +125,9 @@ int run_sim(const SimFlags& f) {
   t.add_row({"model", config->geometry.name});
   t.add_row({"L2 codec", codec});
   t.add_row({"requests (rejected)", format_count(r.requests) + " (" + format_count(r.rejected) + ")"});
-  t.add_row({"hit rate", fixed(100 * r.hit_rate, 1) + " %"});
-  t.add_row({"  from L1 (device)", fixed(100 * r.hit_rate_device, 1) + " %"});
-  t.add_row({"  from L2 (host)", fixed(100 * r.hit_rate_host, 1) + " %"});
+  t.add_row({"hit rate", format_fixed(100 * r.hit_rate, 1) + " %"});
+  t.add_row({"  from L1 (device)", format_fixed(100 * r.hit_rate_device, 1) + " %"});
+  t.add_row({"  from L2 (host)", format_fixed(100 * r.hit_rate_host, 1) + " %"});
   t.add_row({"L2 capacity", format_count(r.l2_capacity_tokens) + " tokens"});
   t.add_row({"L2 used at end", format_count(r.l2_used_tokens) + " tokens"});
   t.add_row({"L2 bytes/token (measured)", format_count(static_cast<uint64_t>(r.l2_bytes_per_token))});
@@ -140,10 +135,10 @@ int run_sim(const SimFlags& f) {
   t.add_row({"tokens backed up", format_count(r.backup_tokens)});
   t.add_row({"evicted L1 / L2 tokens", format_count(r.l1_evicted_tokens) + " / " + format_count(r.l2_evicted_tokens)});
   t.add_row({"cached tokens checked", format_count(r.verified_tokens)});
-  t.add_row({"TTFT mean / p50 / p99", fixed(r.ttft_mean * 1e3, 1) + " / " + fixed(r.ttft_p50 * 1e3, 1) + " / " +
-                                          fixed(r.ttft_p99 * 1e3, 1) + " ms"});
-  t.add_row({"output throughput", fixed(r.output_tokens_per_s, 1) + " tok/s (simulated)"});
-  t.add_row({"wall time", fixed(r.wall_seconds, 2) + " s"});
+  t.add_row({"TTFT mean / p50 / p99", format_fixed(r.ttft_mean * 1e3, 1) + " / " + format_fixed(r.ttft_p50 * 1e3, 1) + " / " +
+                                          format_fixed(r.ttft_p99 * 1e3, 1) + " ms"});
+  t.add_row({"output throughput", format_fixed(r.output_tokens_per_s, 1) + " tok/s (simulated)"});
+  t.add_row({"wall time", format_fixed(r.wall_seconds, 2) + " s"});
   t.print(std::cout);
   return 0;
 }

@@ -2,11 +2,19 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
 #include <ostream>
 #include <string>
 #include <vector>
 
 namespace hiq::cli {
+
+// "3.14" for (3.14159, 2).
+inline std::string format_fixed(double value, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, value);
+  return buf;
+}
 
 class Table {
  public:

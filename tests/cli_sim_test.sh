@@ -40,6 +40,17 @@ assert r["bf16"]["l2_bytes_per_token"] == 28 * 2 * 8 * 128 * 2
 print("ok   sim reports:", {m: round(d["hit_rate"], 3) for m, d in r.items()})
 PY
 
+"$HIQ" sim --model qwen3-0.6b --max-total-tokens 1024 --dataset-name multi-turn --num-clients 6 --num-rounds 3 \
+  --request-length 64 --output-length 8 --hicache-size 0.5GB --json >"$TMP/mt.json" 2>"$TMP/mt.err" \
+  || fail "multi-turn sim exited non-zero: $(cat "$TMP/mt.err")"
+python3 -c "
+import json, sys
+d = json.load(open('$TMP/mt.json'))
+assert d['requests'] == 18 and d['rejected'] == 0, d
+assert d['hit_rate'] > 0.4, d['hit_rate']
+print('ok   multi-turn hit rate', round(d['hit_rate'], 3))
+"
+
 base=(--model qwen3-0.6b --max-total-tokens 1024 --gsp-system-prompt-len 64 --gsp-question-len 8 --gsp-output-len 2)
 expect_error() {  # expect_error NEEDLE ARGS...: our own validation, not the flag parser's
   local needle="$1"; shift
@@ -51,6 +62,7 @@ expect_error() {  # expect_error NEEDLE ARGS...: our own validation, not the fla
 expect_error "--hicache-write-policy" --hicache-write-policy write_around
 expect_error "int3" --hicache-codec int3
 expect_error "--dataset-name" --dataset-name sharegpt
+expect_error "--num-rounds" --dataset-name multi-turn --num-rounds 0
 expect_error "--max-concurrency" --max-concurrency 0
 expect_error "--gsp-num-groups" --gsp-num-groups 0
 expect_error "--hicache-ratio" --hicache-size 0

@@ -76,3 +76,33 @@ TEST(Simulation, RequestThatCanNeverFitIsRejectedWithAReason) {
 
 }  // namespace
 }  // namespace hiq
+
+namespace hiq {
+namespace {
+
+TEST(Simulation, MultiTurnReusesEveryEarlierRound) {
+  SimulationConfig c = small_config(CodecKind::kInt8, true);
+  c.max_total_tokens = 256;
+  c.host.size_bytes = 0;
+  c.host.ratio = 16;  // room for every conversation in L2
+  MultiTurnWorkload w;
+  w.num_clients = 6;
+  w.num_rounds = 3;
+  w.request_length = 40;
+  w.output_length = 6;
+  w.vocab_size = 500;
+  auto source = make_multi_turn_source(w);
+  ASSERT_TRUE(source.is_ok());
+  auto report = run_simulation(c, **source);
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  EXPECT_EQ(report->requests, 18u);
+  EXPECT_EQ(report->rejected, 0u);
+  // Round r's prompt is the conversation so far plus 40 tokens; all of it but
+  // the last answer token is cached: 0 + 45 + 91 of 40 + 86 + 132 per client.
+  EXPECT_EQ(report->prompt_tokens, 6u * (40 + 86 + 132));
+  EXPECT_EQ(report->cached_l1_tokens + report->cached_l2_tokens, 6u * (45 + 91));
+  EXPECT_GT(report->restored_tokens, 0u);
+}
+
+}  // namespace
+}  // namespace hiq

@@ -81,3 +81,52 @@ TEST(SharedPrefixWorkload, ErrorsNameTheFlag) {
 
 }  // namespace
 }  // namespace hiq
+
+namespace hiq {
+namespace {
+
+TEST(MultiTurnWorkload, EachRoundExtendsTheConversationWithTheAnswer) {
+  MultiTurnWorkload w;
+  w.num_clients = 3;
+  w.num_rounds = 3;
+  w.request_length = 5;
+  w.output_length = 2;
+  w.vocab_size = 100;
+  auto source = make_multi_turn_source(w);
+  ASSERT_TRUE(source.is_ok());
+  RequestSource& s = **source;
+  EXPECT_EQ(s.total(), 9u);
+  std::vector<Request> firsts;
+  for (int c = 0; c < 3; ++c) firsts.push_back(*s.next(nullptr, {}));
+  EXPECT_FALSE(s.next(nullptr, {}).has_value()) << "three clients, all started";
+  EXPECT_EQ(firsts[0].prompt.size(), 5u);
+  EXPECT_NE(firsts[0].prompt, firsts[1].prompt);
+  const std::vector<TokenId> answer = {7, 8};
+  auto second = s.next(&firsts[1], answer);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->group, firsts[1].group);
+  ASSERT_EQ(second->prompt.size(), 5u + 2 + 5);
+  EXPECT_TRUE(std::equal(firsts[1].prompt.begin(), firsts[1].prompt.end(), second->prompt.begin()));
+  EXPECT_EQ(second->prompt[5], 7);
+  EXPECT_EQ(second->prompt[6], 8);
+  auto third = s.next(&*second, answer);
+  ASSERT_TRUE(third.has_value());
+  EXPECT_EQ(third->prompt.size(), 12u + 2 + 5);
+  EXPECT_FALSE(s.next(&*third, answer).has_value()) << "after its last round a client has nothing to send";
+
+  // The tokens of a round depend only on (seed, client, round): a second source agrees.
+  auto again = make_multi_turn_source(w);
+  EXPECT_EQ((*again)->next(nullptr, {})->prompt, firsts[0].prompt);
+}
+
+TEST(MultiTurnWorkload, ErrorsNameTheFlag) {
+  MultiTurnWorkload w;
+  w.num_rounds = 0;
+  EXPECT_NE(make_multi_turn_source(w).status().message().find("--num-rounds"), std::string::npos);
+  w = {};
+  w.request_length = -1;
+  EXPECT_NE(w.validate().message().find("--request-length"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hiq

@@ -153,6 +153,7 @@ void Scheduler::finish(Active& a) {
   const std::span<const SlotId> tail = std::span(a.slots).subspan(whole);
   HIQ_CHECK(l1_.allocator().free(tail).is_ok());
   release(a);
+  a.result.request = std::move(a.request);
   finished_.push_back(std::move(a.result));
 }
 
@@ -195,6 +196,7 @@ Result<bool> Scheduler::step() {
     std::unique_ptr<Active> owned = std::move(*it);
     it = waiting_.erase(it);
     if (admission == Admission::kRejected) {
+      owned->result.request = std::move(owned->request);
       finished_.push_back(std::move(owned->result));
       continue;
     }
@@ -215,6 +217,7 @@ Result<bool> Scheduler::step() {
     waiting_.pop_front();
     a->result.status = resource_exhausted("request " + std::to_string(a->request.id) +
                                           " does not fit in L1 even with everything else evicted");
+    a->result.request = std::move(a->request);
     finished_.push_back(std::move(a->result));
   }
   cache_.poll_transfers();

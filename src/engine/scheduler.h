@@ -31,6 +31,7 @@ struct SchedulerOptions {
 
 struct RequestResult {
   uint64_t id = 0;
+  Request request;                       // as submitted (its prompt, group)
   Status status;                         // OK, or why the request was rejected
   size_t prompt_tokens = 0;
   size_t cached_l1_tokens = 0;           // prompt tokens found in L1

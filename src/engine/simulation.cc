@@ -19,6 +19,12 @@ double percentile(std::vector<double> v, double q) {
 
 Result<SimulationReport> run_simulation(const SimulationConfig& config, std::vector<Request> requests,
                                         const std::function<void(size_t, size_t)>& progress) {
+  const std::unique_ptr<RequestSource> source = make_list_source(std::move(requests));
+  return run_simulation(config, *source, progress);
+}
+
+Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestSource& source,
+                                        const std::function<void(size_t, size_t)>& progress) {
   const auto wall_start = std::chrono::steady_clock::now();
   if (config.max_concurrency == 0) return invalid_argument("--max-concurrency must be positive");
   HIQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> l1,
@@ -37,9 +43,13 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, std::vec
   {
     RadixCache cache(*l1, l2.get(), engine.get(), config.cache);
     Scheduler scheduler(cache, *l1, engine.get(), runner, config.scheduler);
-    const size_t total = requests.size();
-    size_t next = 0, done = 0;
-    for (; next < std::min(total, config.max_concurrency); ++next) scheduler.submit(std::move(requests[next]), 0.0);
+    const size_t total = source.total();
+    size_t done = 0;
+    for (size_t c = 0; c < config.max_concurrency; ++c) {
+      std::optional<Request> first = source.next(nullptr, {});
+      if (!first) break;
+      scheduler.submit(std::move(*first), 0.0);
+    }
     while (true) {
       HIQ_ASSIGN_OR_RETURN(bool busy, scheduler.step());
       for (RequestResult& r : scheduler.take_finished()) {
@@ -53,10 +63,14 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, std::vec
           report.output_tokens += r.output.size();
           ttfts.push_back(r.ttft());
         }
-        if (next < total) scheduler.submit(std::move(requests[next++]), runner.now());  // the client's next request
+        // The client sends its next request (a later round, or a new one); a
+        // rejected conversation ends there.
+        std::optional<Request> next =
+            r.status.is_ok() ? source.next(&r.request, r.output) : source.next(nullptr, {});
+        if (next) scheduler.submit(std::move(*next), runner.now());
         if (progress) progress(done, total);
       }
-      if (!busy && scheduler.waiting() == 0 && scheduler.running() == 0 && next >= total) break;
+      if (!busy && scheduler.waiting() == 0 && scheduler.running() == 0) break;
     }
     cache.drain_transfers();
     const RadixCacheStats& cs = cache.stats();

@@ -44,6 +44,9 @@ struct SimulationReport {
 // Runs the requests to completion. `progress(done, total)` is called as
 // requests finish (may be null). Errors: a configuration that cannot be built
 // (the pools' messages), or a self-check failure of the simulated model.
+Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestSource& source,
+                                        const std::function<void(size_t, size_t)>& progress = nullptr);
+// The same for a fixed list of requests, sent in order.
 Result<SimulationReport> run_simulation(const SimulationConfig& config, std::vector<Request> requests,
                                         const std::function<void(size_t, size_t)>& progress = nullptr);
 

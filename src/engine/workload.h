@@ -10,6 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "cache/radix_cache.h"
@@ -39,5 +42,38 @@ struct SharedPrefixWorkload {
   // The requests, in the order they are submitted.
   Result<std::vector<Request>> generate() const;
 };
+
+// Multi-turn chat: `num_clients` conversations of `num_rounds` rounds. Each
+// round sends the whole conversation so far — earlier prompts and the model's
+// answers — plus `request_length` new tokens, and asks for `output_length`
+// tokens. A round is sent when the client's previous round finishes, so its
+// prompt holds the previous answer. Flags as SGLang's multi-turn HiCache
+// benchmark: --num-clients, --num-rounds, --request-length, --output-length.
+struct MultiTurnWorkload {
+  int num_clients = 16;
+  int num_rounds = 4;
+  int request_length = 512;
+  int output_length = 64;
+  int vocab_size = 151936;
+  uint64_t seed = 1;
+  Status validate() const;
+};
+
+// Feeds a closed-loop simulation: the first request of each of
+// `concurrency` clients, then each client's next request as its last one
+// finishes.
+class RequestSource {
+ public:
+  virtual ~RequestSource() = default;
+  virtual size_t total() const = 0;
+  // A request for a client that starts (finished == nullptr) or whose request
+  // `finished` (with its prompt and output) just completed; nullopt when there
+  // is nothing more for it to send.
+  virtual std::optional<Request> next(const Request* finished, std::span<const TokenId> output) = 0;
+};
+
+// The requests of a list, in order, whoever asks.
+std::unique_ptr<RequestSource> make_list_source(std::vector<Request> requests);
+Result<std::unique_ptr<RequestSource>> make_multi_turn_source(const MultiTurnWorkload& workload);
 
 }  // namespace hiq

@@ -31,6 +31,7 @@ struct SimFlags {
   bool no_hicache = false;
   std::string dataset = "generated-shared-prefix";
   SharedPrefixWorkload workload;
+  MultiTurnWorkload multi_turn;
   int64_t max_concurrency = 8;
   int64_t max_prefill_tokens = 16384;
   int transfer_workers = 2;
@@ -68,17 +69,27 @@ Result<SimulationConfig> build_config(const SimFlags& f) {
   return c;
 }
 
+Result<std::unique_ptr<RequestSource>> make_source(const SimFlags& f) {
+  if (f.dataset == "generated-shared-prefix") {
+    HIQ_ASSIGN_OR_RETURN(std::vector<Request> requests, f.workload.generate());
+    return make_list_source(std::move(requests));
+  }
+  if (f.dataset == "multi-turn") {
+    MultiTurnWorkload w = f.multi_turn;
+    w.seed = f.workload.seed;
+    return make_multi_turn_source(w);
+  }
+  return invalid_argument("--dataset-name '" + f.dataset + "' is not one of generated-shared-prefix, multi-turn");
+}
+
 int run_sim(const SimFlags& f) {
-  if (f.dataset != "generated-shared-prefix")
-    return report_error("sim", invalid_argument("--dataset-name '" + f.dataset +
-                                                "' is not supported yet (generated-shared-prefix is)"));
   auto config = build_config(f);
   if (!config) return report_error("sim", config.status());
-  auto requests = f.workload.generate();
-  if (!requests) return report_error("sim", requests.status());
+  auto source = make_source(f);
+  if (!source) return report_error("sim", source.status());
 
   const bool tty = isatty(STDERR_FILENO) != 0;
-  auto report = run_simulation(*config, std::move(*requests), [&](size_t done, size_t total) {
+  auto report = run_simulation(*config, **source, [&](size_t done, size_t total) {
     if (tty) {
       std::fprintf(stderr, "\rhiq sim: %zu/%zu requests", done, total);
       if (done == total) std::fputc('\n', stderr);
@@ -162,7 +173,7 @@ Subcommand add_sim_command(CLI::App& parent) {
   app->add_option("--record-align", f->record_align, "Pad L2 records to a multiple of this many bytes")
       ->capture_default_str();
   app->add_flag("--no-hicache", f->no_hicache, "No host tier: L1 only");
-  app->add_option("--dataset-name", f->dataset, "Workload (generated-shared-prefix)")->capture_default_str();
+  app->add_option("--dataset-name", f->dataset, "Workload: generated-shared-prefix or multi-turn")->capture_default_str();
   app->add_option("--gsp-num-groups", f->workload.num_groups, "Shared-prefix groups")->capture_default_str();
   app->add_option("--gsp-prompts-per-group", f->workload.prompts_per_group, "Prompts per group")
       ->capture_default_str();
@@ -171,6 +182,13 @@ Subcommand add_sim_command(CLI::App& parent) {
   app->add_option("--gsp-question-len", f->workload.question_len, "Per-prompt tokens after the prefix")
       ->capture_default_str();
   app->add_option("--gsp-output-len", f->workload.output_len, "Tokens generated per request")->capture_default_str();
+  app->add_option("--num-clients", f->multi_turn.num_clients, "multi-turn: conversations")->capture_default_str();
+  app->add_option("--num-rounds", f->multi_turn.num_rounds, "multi-turn: rounds per conversation")
+      ->capture_default_str();
+  app->add_option("--request-length", f->multi_turn.request_length, "multi-turn: new tokens per round")
+      ->capture_default_str();
+  app->add_option("--output-length", f->multi_turn.output_length, "multi-turn: tokens generated per round")
+      ->capture_default_str();
   app->add_option("--max-concurrency", f->max_concurrency, "Requests in the system at once (closed loop)")
       ->capture_default_str();
   app->add_option("--max-prefill-tokens", f->max_prefill_tokens, "New prompt tokens per prefill step")

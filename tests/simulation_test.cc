@@ -106,3 +106,28 @@ TEST(Simulation, MultiTurnReusesEveryEarlierRound) {
 
 }  // namespace
 }  // namespace hiq
+
+namespace hiq {
+namespace {
+
+// Restores and backups that fail are recomputed or skipped: every request is
+// still served, and the simulated model (which checks every cached read) never
+// sees wrong KV.
+TEST(Simulation, FailedTransfersAreRecomputedNeverServed) {
+  SimulationConfig c = small_config(CodecKind::kInt8, true);
+  c.transfer_fault = [](Ticket ticket, TransferKind kind, int layer) {
+    if (ticket % 3 == 0 && layer == 2) return data_loss(std::string("injected ") + std::string(transfer_kind_name(kind)) + " fault");
+    return Status::ok();
+  };
+  auto report = run_simulation(c, small_workload());
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  EXPECT_EQ(report->rejected, 0u);
+  EXPECT_EQ(report->output_tokens, 32u * 4);
+  EXPECT_GT(report->restore_failures, 0u);
+  EXPECT_GT(report->backup_failures, 0u);
+  // A batch sent back by a failed restore is checked again when it runs again.
+  EXPECT_GE(report->verified_tokens, report->cached_l1_tokens + report->cached_l2_tokens);
+}
+
+}  // namespace
+}  // namespace hiq

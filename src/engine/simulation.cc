@@ -35,6 +35,7 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
     HIQ_ASSIGN_OR_RETURN(l2, HostKvPool::create(config.geometry, config.host, config.max_total_tokens));
     TransferEngineOptions eo;
     eo.workers = config.transfer_workers;
+    eo.before_layer = config.transfer_fault;
     HIQ_ASSIGN_OR_RETURN(engine, make_cpu_transfer_engine(*l1, *l2, eo));
   }
   SimRunner runner(*l1, l2.get(), engine.get(), config.cost);
@@ -79,6 +80,8 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
     report.backup_tokens = cs.backup_tokens;
     report.l1_evicted_tokens = cs.l1_evicted_to_host_tokens + cs.l1_dropped_tokens;
     report.l2_evicted_tokens = cs.l2_evicted_tokens;
+    report.restore_failures = cs.load_back_failures;
+    report.backup_failures = cs.backup_failures;
     report.l2_used_tokens = cache.l2_tokens();
   }
   if (l2) {

@@ -121,6 +121,8 @@ int run_sim(const SimFlags& f) {
         {"backup_tokens", r.backup_tokens},
         {"l1_evicted_tokens", r.l1_evicted_tokens},
         {"l2_evicted_tokens", r.l2_evicted_tokens},
+        {"restore_failures", r.restore_failures},
+        {"backup_failures", r.backup_failures},
         {"verified_tokens", r.verified_tokens},
         {"ttft_ms_mean", r.ttft_mean * 1e3},
         {"ttft_ms_p50", r.ttft_p50 * 1e3},

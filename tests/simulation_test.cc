@@ -131,3 +131,22 @@ TEST(Simulation, FailedTransfersAreRecomputedNeverServed) {
 
 }  // namespace
 }  // namespace hiq
+
+namespace hiq {
+namespace {
+
+// L1 holds two requests at a time and both are locked while they run: the
+// others wait their turn instead of failing or evicting KV in use.
+TEST(Simulation, FullL1WithEverythingLockedMakesRequestsWait) {
+  SimulationConfig c = small_config(CodecKind::kInt8, true);
+  c.max_total_tokens = 160;  // a request needs 72 + 3 slots
+  c.max_concurrency = 6;
+  auto report = run_simulation(c, small_workload());
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  EXPECT_EQ(report->rejected, 0u);
+  EXPECT_EQ(report->output_tokens, 32u * 4);
+  EXPECT_GT(report->l1_evicted_tokens, 0u);
+}
+
+}  // namespace
+}  // namespace hiq

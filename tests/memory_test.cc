@@ -248,3 +248,23 @@ TEST(HostKvPool, MlaHasOnlyKRecords) {
 
 }  // namespace
 }  // namespace hiq
+
+namespace hiq {
+namespace {
+
+TEST(HostKvPool, Fp16L1TakesOnlyTheCopyingCodec) {
+  GeometryOptions go;
+  go.l1_dtype = L1Dtype::kFp16;
+  const KvGeometry g = *resolve_model_geometry("qwen3-0.6b", go);
+  HostKvPoolOptions o;
+  o.ratio = 1;
+  o.codec = CodecKind::kInt8;
+  auto refused = HostKvPool::create(g, o, 16);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("BF16 L1"), std::string::npos);
+  o.codec = CodecKind::kBf16;
+  EXPECT_TRUE(HostKvPool::create(g, o, 16).is_ok());
+}
+
+}  // namespace
+}  // namespace hiq

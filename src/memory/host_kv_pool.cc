@@ -23,6 +23,11 @@ HostKvPool::HostKvPool(const KvGeometry& geometry, CodecKind codec, RecordLayout
 Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometry, const HostKvPoolOptions& options,
                                                      size_t l1_tokens) {
   HIQ_RETURN_IF_ERROR(geometry.validate());
+  // The codecs read and write BF16 rows; an FP16 L1 can only be copied as it is.
+  if (geometry.l1_dtype != L1Dtype::kBf16 && options.codec != CodecKind::kBf16)
+    return invalid_argument("--hicache-codec " + std::string(codec_name(options.codec)) +
+                            " needs a BF16 L1; this model's L1 is " + std::string(l1_dtype_name(geometry.l1_dtype)) +
+                            " (use --hicache-codec bf16, which copies rows unchanged)");
   HIQ_ASSIGN_OR_RETURN(RecordLayout k, RecordLayout::make(options.codec, geometry.row_shape(KvPart::kK),
                                                           options.record_align));
   RecordLayout v{};  // MLA: no V records

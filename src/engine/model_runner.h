@@ -24,6 +24,7 @@ struct ForwardItem {
   // attention on layer i may read them only after wait_layer(load, i).
   size_t restored_begin = 0, restored_end = 0;
   std::optional<Ticket> load;
+  bool decode = false;               // a decode step (one new token) rather than a prefill
 };
 
 class ModelRunner {

@@ -138,7 +138,7 @@ Status Scheduler::decode() {
     a->tokens.push_back(a->result.output.back());
     a->slots.push_back(a->reserved.front());
     a->reserved.erase(a->reserved.begin());
-    items.push_back({a->tokens, a->slots, a->tokens.size() - 1, 0, 0, std::nullopt});
+    items.push_back({a->tokens, a->slots, a->tokens.size() - 1, 0, 0, std::nullopt, /*decode=*/true});
   }
   HIQ_ASSIGN_OR_RETURN(std::vector<TokenId> next, runner_.forward(items));
   for (size_t i = 0; i < running_.size(); ++i) running_[i]->result.output.push_back(next[i]);

@@ -117,7 +117,7 @@ Result<std::vector<TokenId>> SimRunner::forward(std::span<const ForwardItem> bat
     }
     // Cached tokens read by attention are checked: a prefill checks every
     // row; a decode step one row per token, rotating through the rows.
-    const bool decode_step = item.tokens.size() - item.first_new == 1 && item.first_new > 0 && !item.load;
+    const bool decode_step = item.decode;
     const int first_row = decode_step ? static_cast<int>(decode_steps_ % static_cast<uint64_t>(rows_per_token_)) : 0;
     const int last_row = decode_step ? first_row + 1 : rows_per_token_;
     uint64_t h = kHashSeed;  // the prefix hash, extended token by token
@@ -137,7 +137,7 @@ Result<std::vector<TokenId>> SimRunner::forward(std::span<const ForwardItem> bat
     }
     const size_t computed = item.tokens.size() - item.first_new;
     new_tokens += computed;
-    prefill |= computed > 1;
+    prefill |= !item.decode;
     stats_.computed_tokens += computed;
     next.push_back(static_cast<TokenId>(mix(h) % static_cast<uint64_t>(vocab_size_)));
   }

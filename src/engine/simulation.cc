@@ -53,6 +53,10 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
     }
     while (true) {
       HIQ_ASSIGN_OR_RETURN(bool busy, scheduler.step());
+      // Backups settle at the end of the step that issued them (a backup of a
+      // prefill's new KV takes a few ms on the wire, well inside a step), not
+      // whenever a worker thread happens to finish: the run is deterministic.
+      cache.drain_transfers();
       for (RequestResult& r : scheduler.take_finished()) {
         ++done;
         if (!r.status.is_ok()) {

@@ -1,7 +1,9 @@
 // engine/simulation.h — `hiq sim`: the real cache, transfer engine, codecs and
 // scheduler on real bytes, driven by a workload through SimRunner's virtual
 // clock. Clients run closed-loop: `max_concurrency` requests are in the system
-// at once, and each finished request lets its client send the next.
+// at once, and each finished request lets its client send the next. Transfers
+// settle at the end of the step that issued them, so a run is deterministic:
+// the same flags give the same report.
 #pragma once
 
 #include <functional>

@@ -150,3 +150,21 @@ TEST(Simulation, FullL1WithEverythingLockedMakesRequestsWait) {
 
 }  // namespace
 }  // namespace hiq
+
+namespace hiq {
+namespace {
+
+TEST(Simulation, SameFlagsGiveTheSameReport) {
+  auto a = run_simulation(small_config(CodecKind::kInt4H, true), small_workload());
+  auto b = run_simulation(small_config(CodecKind::kInt4H, true), small_workload());
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_EQ(a->cached_l1_tokens, b->cached_l1_tokens);
+  EXPECT_EQ(a->cached_l2_tokens, b->cached_l2_tokens);
+  EXPECT_EQ(a->restored_tokens, b->restored_tokens);
+  EXPECT_EQ(a->l1_evicted_tokens, b->l1_evicted_tokens);
+  EXPECT_EQ(a->ttft_mean, b->ttft_mean);
+  EXPECT_EQ(a->virtual_seconds, b->virtual_seconds);
+}
+
+}  // namespace
+}  // namespace hiq

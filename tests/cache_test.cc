@@ -8,7 +8,11 @@
 
 #include <cstring>
 #include <random>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "cache/radix_cache.h"
 #include "codec/numeric.h"
@@ -363,6 +367,61 @@ TEST(WritePolicyNames, ParseSglangSpellings) {
   EXPECT_EQ(*parse_write_policy("write_through_selective"), WritePolicy::kWriteThroughSelective);
   EXPECT_EQ(*parse_write_policy("write_back"), WritePolicy::kWriteBack);
   EXPECT_NE(parse_write_policy("write_around").status().message().find("--hicache-write-policy"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hiq
+
+namespace hiq {
+namespace {
+
+// A request that computed a prefix while another request's restore of the same
+// prefix is still in flight must not come to rely on the restore's slots: if
+// the restore fails, those slots go back to the pool. insert() settles the
+// restore first and, here, keeps the request's own KV.
+TEST(RadixCache, InsertOverARestoreInFlightThatFailsKeepsTheComputedKv) {
+  KvGeometry g = tiny_geometry(1);
+  auto l1 = *make_host_memory_device_pool(g, 32);
+  HostKvPoolOptions ho;
+  ho.codec = CodecKind::kInt8;
+  ho.ratio = 2;
+  auto l2 = *HostKvPool::create(g, ho, 32);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  TransferEngineOptions eo;
+  eo.before_layer = [&](Ticket, TransferKind kind, int layer) -> Status {
+    if (kind != TransferKind::kLoad || layer != 1) return Status::ok();
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return released; });
+    return data_loss("injected restore failure");
+  };
+  auto engine = *make_cpu_transfer_engine(*l1, *l2, eo);
+  RadixCache cache(*l1, l2.get(), engine.get());
+  const std::vector<TokenId> a = {9, 8, 7, 6, 5, 4, 3, 2};
+  (void)cache.insert(a, *l1->allocator().allocate(8));
+  cache.drain_transfers();
+  cache.evict_l1(100);
+  auto back = cache.load_back(cache.match_prefix(a));  // held at layer 1, then fails
+  ASSERT_TRUE(back.is_ok());
+
+  const std::vector<SlotId> mine = *l1->allocator().allocate(8);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    {
+      std::lock_guard lock(mu);
+      released = true;
+    }
+    cv.notify_all();
+  });
+  RadixNode* node = cache.insert(a, mine);  // waits for the restore, sees it fail
+  releaser.join();
+  EXPECT_EQ(cache.l1_slots_to(node), mine) << "the request's own KV must back the prefix";
+  EXPECT_EQ(cache.stats().load_back_failures, 1u);
+  cache.poll_transfers();  // the engine's own report of the failure is already applied: ignored
+  EXPECT_EQ(cache.stats().load_back_failures, 1u);
+  EXPECT_EQ(l1->allocator().used_count(), 8u);
+  EXPECT_TRUE(cache.check_invariants().is_ok()) << cache.check_invariants().to_string();
 }
 
 }  // namespace

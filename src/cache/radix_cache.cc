@@ -242,8 +242,11 @@ RadixNode* RadixCache::insert(std::span<const TokenId> tokens, std::span<const S
     RadixNode* child = it->second.get();
     const size_t common = common_prefix(child->key, rest) / page_size_ * page_size_;
     if (common < child->size()) child = split(child, common);
+    // A restore still in flight may yet fail and take its L1 slots away:
+    // settle it before this request comes to rely on those slots.
+    if (child->transfer == NodeTransfer::kLoad) settle_now(child);
     if (!child->l1.empty()) {
-      // Already in L1 (or arriving). The caller may pass the tree's own slots
+      // Already in L1. The caller may pass the tree's own slots
       // for this part (a matched prefix); any other slot is a duplicate.
       for (size_t i = 0; i < child->size(); ++i)
         if (l1_slots[pos + i] != child->l1[i]) free_duplicate(pos + i);
@@ -463,6 +466,18 @@ void RadixCache::settle(RadixNode* n, bool ok) {
     }
   }
   n->transfer = NodeTransfer::kNone;
+}
+
+void RadixCache::settle_now(RadixNode* node) {
+  auto entry = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& e) {
+    return std::find(e.second.begin(), e.second.end(), node) != e.second.end();
+  });
+  HIQ_CHECK_MSG(entry != inflight_.end(), "a node under transfer that no transfer lists");
+  const Ticket ticket = entry->first;
+  // The engine still knows the ticket: only poll_transfers() acknowledges, and
+  // it applies what it acknowledges. apply() drops the entry, so the later
+  // completion from poll() is ignored.
+  apply(Completion{ticket, TransferKind::kLoad, 0, engine_->wait(ticket)});
 }
 
 void RadixCache::apply(const Completion& completion) {

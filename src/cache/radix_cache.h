@@ -194,6 +194,8 @@ class RadixCache {
   // Ends a node's transfer: a good backup or restore makes its copy valid, a
   // failed one frees the slots it was writing.
   void settle(RadixNode* node, bool ok);
+  // Waits for the transfer `node` is part of and applies it now.
+  void settle_now(RadixNode* node);
   Result<std::vector<SlotId>> allocate_l1(size_t tokens);
   Result<std::vector<SlotId>> allocate_l2(size_t tokens);
   uint64_t tick() { return ++clock_; }

@@ -91,7 +91,6 @@ inline uint16_t max_magnitude_bits(const uint16_t* x, int dim) {
   return static_cast<uint16_t>(0xFFFF ^ (_mm_cvtsi128_si32(_mm_minpos_epu16(complement)) & 0xFFFF));
 }
 
-inline bool magnitude_is_finite(uint16_t magnitude_bits) { return magnitude_bits < 0x7F80; }
 
 // max |x| of a head; false when it holds a NaN or ±Inf.
 bool finite_amax(const uint16_t* x, int dim, float& amax) {
@@ -110,8 +109,6 @@ inline void store_bf16x16_finite(uint16_t* p, __m256 lo, __m256 hi) {
 inline bool fast_decode_safe(float scale, float max_code) {
   return std::fabs(scale) * max_code <= bf16_to_float(0x7F7F);  // false for NaN too
 }
-
-uint16_t scale_for(float amax, float qmax) { return float_to_bf16(std::max(amax, kMinAmax) / qmax); }
 
 // ---- bf16 ------------------------------------------------------------------------
 
@@ -302,12 +299,6 @@ inline __m256 unpack_nibbles(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_sub_epi32(codes, _mm256_set1_epi32(8)));
 }
 
-void mark_nan_head(const RecordLayout& layout, int h, std::byte* record) {
-  const int dim = layout.shape.head_dim;
-  std::memset(record + static_cast<size_t>(h) * dim / 2, 0x88, static_cast<size_t>(dim) / 2);
-  for (int g = 0; g < layout.groups_per_head; ++g)
-    store_scale(record, layout, static_cast<size_t>(h) * layout.groups_per_head + g, kBf16QuietNan);
-}
 
 template <bool kRotate>
 void encode_int4(const RecordLayout& layout, const uint16_t* row, std::byte* record, CodecStats& stats) {
@@ -319,12 +310,12 @@ void encode_int4(const RecordLayout& layout, const uint16_t* row, std::byte* rec
     float amax;
     if (!finite_amax(x, dim, amax)) {
       ++stats.nonfinite_heads;
-      mark_nan_head(layout, h, record);
+      mark_nan_int4_head(layout, h, record);
       continue;
     }
     if (kRotate && amax >= kInt4HMaxAbs) {
       ++stats.out_of_range_heads;
-      mark_nan_head(layout, h, record);
+      mark_nan_int4_head(layout, h, record);
       continue;
     }
     for (int d = 0; d < dim; d += 8) _mm256_store_ps(v + d, load_bf16x8(x + d));

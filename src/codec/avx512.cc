@@ -78,9 +78,6 @@ inline uint16_t max_magnitude_bits(const uint16_t* x, int dim) {
   return static_cast<uint16_t>(0xFFFF ^ (_mm_cvtsi128_si32(_mm_minpos_epu16(complement)) & 0xFFFF));
 }
 
-inline bool magnitude_is_finite(uint16_t bits) { return bits < 0x7F80; }
-
-uint16_t scale_for(float amax, float qmax) { return float_to_bf16(std::max(amax, kMinAmax) / qmax); }
 
 // ---- int8 and fp8 ------------------------------------------------------------------
 
@@ -227,12 +224,6 @@ inline __m512 unpack_nibbles(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_sub_epi32(codes, _mm512_set1_epi32(8)));
 }
 
-void mark_nan_head(const RecordLayout& layout, int h, std::byte* record) {
-  const int dim = layout.shape.head_dim;
-  std::memset(record + static_cast<size_t>(h) * dim / 2, 0x88, static_cast<size_t>(dim) / 2);
-  for (int g = 0; g < layout.groups_per_head; ++g)
-    store_scale(record, layout, static_cast<size_t>(h) * layout.groups_per_head + g, kBf16QuietNan);
-}
 
 template <bool kRotate>
 void encode_int4(const RecordLayout& layout, const uint16_t* row, std::byte* record, CodecStats& stats) {
@@ -244,12 +235,12 @@ void encode_int4(const RecordLayout& layout, const uint16_t* row, std::byte* rec
     const uint16_t magnitude = max_magnitude_bits(x, dim);
     if (!magnitude_is_finite(magnitude)) {
       ++stats.nonfinite_heads;
-      mark_nan_head(layout, h, record);
+      mark_nan_int4_head(layout, h, record);
       continue;
     }
     if (kRotate && bf16_to_float(magnitude) >= kInt4HMaxAbs) {
       ++stats.out_of_range_heads;
-      mark_nan_head(layout, h, record);
+      mark_nan_int4_head(layout, h, record);
       continue;
     }
     for (int d = 0; d < dim; d += 16) _mm512_store_ps(v + d, load_bf16x16(x + d));

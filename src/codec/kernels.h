@@ -3,10 +3,13 @@
 // dispatch point) and codec_index(kind) picks the entry.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "codec/codec.h"
+#include "codec/numeric.h"
 
 namespace hiq::codec_detail {
 
@@ -39,5 +42,23 @@ inline void store_scale(std::byte* record, const RecordLayout& layout, size_t i,
 }
 // Zeroes everything after the last scale (or payload) byte.
 void zero_tail(const RecordLayout& layout, std::byte* record);
+
+// The BF16 scale of a block whose largest magnitude is `amax`, for codes up to
+// `qmax` (127 int8, 448 fp8, 7 int4).
+inline uint16_t scale_for(float amax, float qmax) {
+  return numeric::float_to_bf16(std::max(amax, numeric::kMinAmax) / qmax);
+}
+
+// For BF16 magnitude bits (bits & 0x7FFF): every NaN and ±Inf is ≥ 0x7F80.
+inline bool magnitude_is_finite(uint16_t magnitude_bits) { return magnitude_bits < 0x7F80; }
+
+// Writes head `h` of an int4/int4h record as a NaN head (code 0, stored 8;
+// NaN scales). For head_dim even, where a head is whole bytes (vector paths).
+inline void mark_nan_int4_head(const RecordLayout& layout, int h, std::byte* record) {
+  const int dim = layout.shape.head_dim;
+  std::memset(record + static_cast<size_t>(h) * dim / 2, 0x88, static_cast<size_t>(dim) / 2);
+  for (int g = 0; g < layout.groups_per_head; ++g)
+    store_scale(record, layout, static_cast<size_t>(h) * layout.groups_per_head + g, numeric::kBf16QuietNan);
+}
 
 }  // namespace hiq::codec_detail

@@ -27,8 +27,6 @@ bool finite_amax(const uint16_t* x, int n, float& amax) {
   return finite;
 }
 
-uint16_t scale_for(float amax, float qmax) { return float_to_bf16(std::max(amax, kMinAmax) / qmax); }
-
 // ---- bf16 ------------------------------------------------------------------
 
 void encode_bf16(const RecordLayout& layout, const uint16_t* row, std::byte* record, CodecStats& stats) {

@@ -156,20 +156,17 @@ class CpuTransferEngine final : public TransferEngine {
   void work() {
     while (true) {
       Task task;
+      Status status;
       {
         std::unique_lock lock(mu_);
         work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;  // stopping, and nothing left to do
         task = std::move(queue_.front());
         queue_.pop_front();
+        status = task.op->status;  // a failed operation runs no further layers
       }
       Operation& op = *task.op;
-      Status status;
       CodecStats codec;
-      {
-        std::unique_lock lock(mu_);
-        status = op.status;  // a failed operation runs no further layers
-      }
       if (status.is_ok() && options_.before_layer) status = options_.before_layer(op.ticket, op.kind, task.layer);
       if (status.is_ok()) run_layer(op, task.layer, codec);
       finish_layer(op, task.layer, status, codec);

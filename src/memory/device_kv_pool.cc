@@ -1,5 +1,6 @@
 #include "memory/device_kv_pool.h"
 
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -13,6 +14,32 @@ size_t DeviceKvPool::plane_offset(int layer, KvPart part) const {
   const size_t k = num_slots_ * row_elements(KvPart::kK);
   const size_t v = geometry_.attention == AttentionKind::kMha ? num_slots_ * row_elements(KvPart::kV) : 0;
   return static_cast<size_t>(layer) * (k + v) + (part == KvPart::kV ? k : 0);
+}
+
+Status DeviceKvPool::check_rows(int layer, KvPart part, std::span<const SlotId> slots) const {
+  if (layer < 0 || layer >= geometry_.num_layers)
+    return out_of_range("layer " + std::to_string(layer) + " of a " + std::to_string(geometry_.num_layers) +
+                        "-layer pool");
+  if (static_cast<int>(part) >= geometry_.rows_per_layer()) return invalid_argument("an MLA pool has no V rows");
+  for (SlotId s : slots)
+    if (s >= num_slots_) return out_of_range("slot " + std::to_string(s) + " beyond the pool");
+  return Status::ok();
+}
+
+Status DeviceKvPool::read_rows(int layer, KvPart part, std::span<const SlotId> slots, uint16_t* out) {
+  if (!host_accessible()) return failed_precondition("this pool's rows are not in host memory");
+  HIQ_RETURN_IF_ERROR(check_rows(layer, part, slots));
+  const size_t n = row_elements(part);
+  for (size_t i = 0; i < slots.size(); ++i) std::memcpy(out + i * n, row(layer, part, slots[i]), n * 2);
+  return Status::ok();
+}
+
+Status DeviceKvPool::write_rows(int layer, KvPart part, std::span<const SlotId> slots, const uint16_t* rows) {
+  if (!host_accessible()) return failed_precondition("this pool's rows are not in host memory");
+  HIQ_RETURN_IF_ERROR(check_rows(layer, part, slots));
+  const size_t n = row_elements(part);
+  for (size_t i = 0; i < slots.size(); ++i) std::memcpy(row(layer, part, slots[i]), rows + i * n, n * 2);
+  return Status::ok();
 }
 
 namespace {

@@ -8,11 +8,13 @@
 //
 // A layer's rows are contiguous, so a per-layer transfer touches one region.
 // This interface has a host-memory implementation (the CPU backend, and the
-// simulator); the CUDA implementation fills the same planes in device memory.
+// simulator) and a CUDA one (memory/cuda_device_kv_pool.h) with the same planes
+// in device memory.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/status.h"
 #include "kv/geometry.h"
@@ -36,6 +38,13 @@ class DeviceKvPool {
   uint16_t* row(int layer, KvPart part, SlotId slot) { return plane(layer, part) + slot * row_elements(part); }
   // Whether plane() may be dereferenced by the CPU.
   virtual bool host_accessible() const = 0;
+
+  // Copies row `slots[i]` of (layer, part) to `out + i * row_elements(part)`,
+  // and back. For callers outside the data path (the simulated model, tests,
+  // diagnostics): a CUDA pool gathers on the device and synchronises. Errors: a
+  // layer or slot out of range, a failed device copy.
+  virtual Status read_rows(int layer, KvPart part, std::span<const SlotId> slots, uint16_t* out);
+  virtual Status write_rows(int layer, KvPart part, std::span<const SlotId> slots, const uint16_t* rows);
   // Bytes the pool holds: num_slots × the geometry's bytes per token.
   size_t bytes() const { return num_slots_ * geometry_.l1_bytes_per_token(); }
 
@@ -44,6 +53,8 @@ class DeviceKvPool {
       : geometry_(geometry), num_slots_(num_slots), allocator_(num_slots) {}
   // Offset of a plane, in elements, from the start of one contiguous buffer.
   size_t plane_offset(int layer, KvPart part) const;
+  // The checks of read_rows/write_rows.
+  Status check_rows(int layer, KvPart part, std::span<const SlotId> slots) const;
 
  private:
   KvGeometry geometry_;

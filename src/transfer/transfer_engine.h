@@ -57,12 +57,14 @@ struct TransferStats {
 };
 
 struct TransferEngineOptions {
-  int workers = 2;            // CPU worker threads
+  int workers = 2;            // CPU: worker threads
   size_t max_inflight = 64;   // operations submitted and not yet acknowledged by poll()
-  CodecImpl codec_impl = CodecImpl::kAuto;
-  // Test hook, called on a worker before each layer of each operation; a
-  // non-OK status fails the operation (fault injection), and the hook may block
-  // (to hold an operation at a chosen layer). Null in production.
+  CodecImpl codec_impl = CodecImpl::kAuto;  // CPU: which codec implementation
+  int gpu_sms = 16;           // CUDA: most multiprocessors one transfer kernel occupies (one block each)
+  // Test hook, called before each layer of each operation — on a worker (CPU),
+  // or at submission as each layer is enqueued (CUDA); a non-OK status fails
+  // the operation (fault injection), and the hook may block (to hold an
+  // operation at a chosen layer). Null in production.
   std::function<Status(Ticket, TransferKind, int layer)> before_layer;
 };
 

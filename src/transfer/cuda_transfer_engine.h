@@ -1,0 +1,49 @@
+// transfer/cuda_transfer_engine.h — the TransferEngine on a CUDA GPU.
+//
+// The L1 pool is in GPU memory (make_cuda_device_kv_pool); the engine pins the
+// L2 pool's memory for its lifetime (PinnedHostMemory) and moves only encoded
+// bytes over PCIe: one kernel per layer gathers L1 rows, encodes them and
+// writes the records straight into pinned L2 (backup), or reads records from
+// pinned L2, decodes them and scatters them into L1 slots (load). The codec is
+// fused into the transfer; there is no staging copy of the KV.
+//
+// Backups run on one stream, loads on another; each layer of a load records a
+// CUDA event, so a compute stream can wait on the device for exactly the layer
+// it reads (stream_wait_layer) while later layers are still arriving. The slot
+// lists of an operation travel in a staging ring of pinned and device memory
+// that is reused only after the operation completes.
+//
+// Records are byte-identical to the CPU codecs' (docs/formats.md); the GPU
+// suite checks it for every codec.
+#pragma once
+
+#include <memory>
+
+#include "transfer/transfer_engine.h"
+
+namespace hiq {
+
+class CudaTransferEngine : public TransferEngine {
+ public:
+  // Makes `stream` (a cudaStream_t of the engine's device) wait, on the device
+  // and without blocking the host, until layer `layer` of load `ticket` is in
+  // L1. Errors: an unknown ticket or layer, or a load whose layer was never
+  // enqueued because the operation failed (the caller recomputes).
+  virtual Status stream_wait_layer(Ticket ticket, int layer, void* stream) = 0;
+
+  // The launch shape of the transfer kernels: blocks (each on its own
+  // multiprocessor, at most TransferEngineOptions::gpu_sms) and threads a block.
+  struct LaunchShape {
+    int blocks = 0, threads_per_block = 0;
+  };
+  virtual LaunchShape transfer_launch_shape() const = 0;
+};
+
+// The CUDA engine. `l1` must be a CUDA pool (make_cuda_device_kv_pool); both
+// pools must outlive the engine. Errors: no GPU or no CUDA backend
+// (kUnavailable), pools that do not match, rows too large for the kernels'
+// shared memory, or L2 memory that cannot be pinned.
+Result<std::unique_ptr<CudaTransferEngine>> make_cuda_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
+                                                                      TransferEngineOptions options = {});
+
+}  // namespace hiq

@@ -16,7 +16,7 @@ struct Buffers {
   KernelShape shape;
 };
 
-Result<Buffers> prepare(const RecordLayout& layout, size_t num_rows) {
+Result<Buffers> prepare(const RecordLayout& layout, size_t num_rows, Direction direction) {
   if (!layout.is_valid()) return invalid_argument("gpu codec: invalid record layout");
   if (num_rows > UINT32_MAX) return out_of_range("gpu codec: too many rows for one call");
   HIQ_RETURN_IF_ERROR(require_gpu());
@@ -34,7 +34,7 @@ Result<Buffers> prepare(const RecordLayout& layout, size_t num_rows) {
   b.batch.l1_rows = b.batch.records = static_cast<const uint32_t*>(b.indices.get());
   b.batch.count = static_cast<uint32_t>(num_rows);
   b.batch.counters = static_cast<unsigned long long*>(b.counters.get());
-  HIQ_ASSIGN_OR_RETURN(b.shape, kernel_shape(&layout, 1));
+  HIQ_ASSIGN_OR_RETURN(b.shape, kernel_shape(direction, &layout, 1));
   return Result<Buffers>(std::move(b));  // explicit: nvcc's front end does not move implicitly here
 }
 
@@ -50,7 +50,7 @@ int all_multiprocessors() {
 Status gpu_encode_rows(const RecordLayout& layout, const uint16_t* rows, size_t num_rows, std::byte* records,
                        CodecStats* stats) {
   if (num_rows == 0) return Status::ok();
-  HIQ_ASSIGN_OR_RETURN(Buffers b, prepare(layout, num_rows));
+  HIQ_ASSIGN_OR_RETURN(Buffers b, prepare(layout, num_rows, Direction::kEncode));
   HIQ_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(b.rows.get(), rows, num_rows * layout.shape.elements() * 2, cudaMemcpyHostToDevice));
   HIQ_RETURN_IF_ERROR(launch_rows(Direction::kEncode, b.batch, b.shape, all_multiprocessors(), nullptr));
@@ -68,7 +68,7 @@ Status gpu_encode_rows(const RecordLayout& layout, const uint16_t* rows, size_t 
 
 Status gpu_decode_rows(const RecordLayout& layout, const std::byte* records, size_t num_rows, uint16_t* rows) {
   if (num_rows == 0) return Status::ok();
-  HIQ_ASSIGN_OR_RETURN(Buffers b, prepare(layout, num_rows));
+  HIQ_ASSIGN_OR_RETURN(Buffers b, prepare(layout, num_rows, Direction::kDecode));
   HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.records.get(), records, num_rows * layout.record_bytes, cudaMemcpyHostToDevice));
   HIQ_RETURN_IF_ERROR(launch_rows(Direction::kDecode, b.batch, b.shape, all_multiprocessors(), nullptr));
   HIQ_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());

@@ -34,14 +34,32 @@ struct DeviceLayout {
   float hadamard_norm = 0;      // int4h: numeric::hadamard_norm(dim)
   bool vector_rows = false;     // dim % 8 == 0: 8 elements (16 bytes) at a time, never across a head or group
   bool vector_records = false;  // record_bytes % 16 == 0: records move 16 bytes at a time
+  // Vector rows: chunks of 8 elements per scale group (a head for int8/fp8,
+  // 32 elements for int4), when every group has that many; 0 otherwise. When
+  // it is a power of two ≤ 32, a group's chunks sit on adjacent lanes and its
+  // maximum is a few shuffles; otherwise shared-memory atomics.
+  int lanes_per_group = 0;
+  // int4h with head_dim 64, 128 or 256: elements of a head per lane (2, 4, 8),
+  // rotated in registers with shuffles; 0: rotated in shared memory.
+  int fwht_per_lane = 0;
 };
 
-// Shared memory one warp needs for `layout`: a multiple of 16, so every warp's
-// area starts 16-byte aligned.
-inline size_t warp_scratch_bytes(const DeviceLayout& l) {
-  const size_t rec = (static_cast<size_t>(l.record_bytes) + 15) / 16 * 16;
-  const size_t row = l.codec == CodecKind::kBf16 ? 0 : static_cast<size_t>(l.elements) * 4;
-  return rec + (row + 15) / 16 * 16;
+// Whether the fast (vector) encoder serves `l`; the generic one otherwise.
+__host__ __device__ inline bool fast_encode(const DeviceLayout& l) {
+  return l.vector_rows && (l.codec != CodecKind::kInt4H || l.fwht_per_lane > 0);
+}
+
+__host__ __device__ inline size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+// Shared memory one warp needs: the record, then the work area of
+// `encode`/decode. A multiple of 16, so every warp's area is 16-byte aligned.
+inline size_t warp_scratch_bytes(const DeviceLayout& l, bool encode) {
+  const size_t rec = round16(static_cast<size_t>(l.record_bytes));
+  const size_t elements = static_cast<size_t>(l.elements), scales = static_cast<size_t>(l.num_scales);
+  if (l.codec == CodecKind::kBf16) return rec;
+  if (!encode) return rec + (l.codec == CodecKind::kInt4H && l.fwht_per_lane == 0 ? round16(elements * 4) : 0);
+  if (!fast_encode(l)) return rec + round16(elements * 4);  // the row as floats
+  return rec + round16(elements * 2) + round16(scales * 12);  // the row as bf16; group maxima, scales, reciprocals
 }
 
 namespace device {
@@ -247,10 +265,12 @@ __device__ void encode_int4(const DeviceLayout& l, float* v, uint8_t* rec, Encod
   }
 }
 
-// Encodes `row` into the record at `out`. `rec` and `v` are the warp's work area.
+// The generic encoder: any shape (byte-wise where the layout is not aligned),
+// the row staged as floats in `v`. encode_row() picks it for the shapes the
+// fast encoders do not serve.
 template <CodecKind kCodec>
-__device__ void encode_row(const DeviceLayout& l, const uint16_t* row, std::byte* out, uint8_t* rec, float* v,
-                           EncodeCounts& counts, int lane) {
+__device__ void encode_row_generic(const DeviceLayout& l, const uint16_t* row, std::byte* out, uint8_t* rec, float* v,
+                                   EncodeCounts& counts, int lane) {
   if constexpr (kCodec == CodecKind::kBf16) {
     warp_copy(rec, row, 2 * l.elements, l.vector_rows, lane);
     __syncwarp();
@@ -296,10 +316,257 @@ __device__ int scale_index(const DeviceLayout& l, int e) {
   return h * l.groups_per_head + (e - h * l.dim) / kInt4GroupSize;
 }
 
-// Decodes the record at `in` into `row`.
+// ---- the fast encoders (vector rows) ------------------------------------------
+//
+// One pass over the row: each lane loads 16-byte chunks (8 elements) into the
+// warp's work area and takes their largest magnitude on packed BF16 bits; the
+// lanes of a scale group combine theirs with shuffles (or shared atomics).
+// Then one lane per group computes its scale and the scale's reciprocal, and
+// the lanes quantise chunk by chunk with exact quotients (quotient()).
+
+// fl(x / s), the correctly rounded IEEE quotient, from r = RN(1/s): a product
+// and two residual corrections (exact with FMA). The first correction makes
+// the quotient faithful, the second correctly rounded (Markstein's theorem).
+// Valid while x/s and the residuals stay normal: codes come from |x/s| ≤ 448.
+// A quotient in the subnormal range can be off by an ulp, but every codec
+// turns such a value into code 0 whichever ulp it is. copysign keeps −0
+// for x = −0, as the division does (fp8 code 0x80).
+__device__ inline float quotient(float x, float s, float r) {
+  float q = __fmul_rn(x, r);
+  float e = __fmaf_rn(-q, s, x);
+  q = __fmaf_rn(e, r, q);
+  e = __fmaf_rn(-q, s, x);
+  q = __fmaf_rn(e, r, q);
+  return copysignf(q, x);
+}
+
+// Largest BF16 magnitude bits of 8 packed elements.
+__device__ inline unsigned chunk_magnitude(const uint4& c) {
+  constexpr unsigned kMask = 0x7FFF7FFFu;
+  const unsigned m = __vmaxu2(__vmaxu2(c.x & kMask, c.y & kMask), __vmaxu2(c.z & kMask, c.w & kMask));
+  return max(m & 0xFFFFu, m >> 16);
+}
+
+__device__ inline float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ inline float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+
 template <CodecKind kCodec>
-__device__ void decode_row(const DeviceLayout& l, const std::byte* in, uint16_t* row, uint8_t* rec, float* v,
-                           int lane) {
+__device__ inline int group_of(const DeviceLayout& l, int e) {
+  const int h = e / l.dim;
+  if constexpr (kCodec == CodecKind::kInt8 || kCodec == CodecKind::kFp8) return h;
+  return h * l.groups_per_head + (e - h * l.dim) / kInt4GroupSize;
+}
+
+template <CodecKind kCodec>
+__device__ inline uint32_t code_of(float x, float scale, float reciprocal) {
+  const float q = quotient(x, scale, reciprocal);
+  if constexpr (kCodec == CodecKind::kInt8)
+    return static_cast<uint8_t>(static_cast<int8_t>(fminf(fmaxf(rintf(q), -127.0f), 127.0f)));
+  if constexpr (kCodec == CodecKind::kFp8) return numeric::float_to_e4m3(q);
+  return static_cast<uint32_t>(static_cast<int>(fminf(fmaxf(rintf(q), -7.0f), 7.0f)) + 8);  // int4: q + 8
+}
+
+// int8, fp8 and int4 on vector rows. `work`: the row as BF16, then group
+// maxima, scales and reciprocals (warp_scratch_bytes).
+template <CodecKind kCodec>
+__device__ void encode_fast(const DeviceLayout& l, const uint16_t* row, uint8_t* rec, uint8_t* work,
+                            EncodeCounts& counts, int lane) {
+  constexpr bool kPerHead = kCodec == CodecKind::kInt8 || kCodec == CodecKind::kFp8;
+  constexpr float kQmax = kCodec == CodecKind::kInt8 ? 127.0f : kCodec == CodecKind::kFp8 ? 448.0f : 7.0f;
+  const int chunks = l.elements / 8, scales = l.num_scales, lpg = l.lanes_per_group;
+  auto* x = reinterpret_cast<uint4*>(work);
+  auto* gmax = reinterpret_cast<unsigned*>(work + round16(static_cast<size_t>(l.elements) * 2));
+  float* sf = reinterpret_cast<float*>(gmax + scales);
+  float* rf = sf + scales;
+  const bool shuffle = lpg > 0 && lpg <= 32 && (lpg & (lpg - 1)) == 0;
+  if (!shuffle) {
+    for (int g = lane; g < scales; g += 32) gmax[g] = 0;
+    __syncwarp();
+  }
+  const auto* in = reinterpret_cast<const uint4*>(row);
+  for (int base = 0; base < chunks; base += 4 * 32) {
+    uint4 r[4] = {};
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (const int c = base + k * 32 + lane; c < chunks) r[k] = in[c];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int c = base + k * 32 + lane;
+      unsigned m = c < chunks ? chunk_magnitude(r[k]) : 0u;
+      if (c < chunks) x[c] = r[k];
+      if (shuffle) {  // a group's chunks are on lanes [j·lpg, (j+1)·lpg) of this step
+        for (int offset = lpg / 2; offset > 0; offset >>= 1) m = max(m, __shfl_xor_sync(kFullMask, m, offset));
+        if (c < chunks && lane % lpg == 0) gmax[c / lpg] = m;
+      } else if (c < chunks) {
+        atomicMax(&gmax[group_of<kCodec>(l, 8 * c)], m);
+      }
+    }
+  }
+  __syncwarp();
+  for (int g = lane; g < scales; g += 32) {
+    // A head with a non-finite element is rejected whole: NaN scales, code 0.
+    bool finite = gmax[g] < 0x7F80u;
+    if constexpr (!kPerHead) {
+      const int first = g - g % l.groups_per_head;
+      for (int k = first; k < first + l.groups_per_head; ++k) finite &= gmax[k] < 0x7F80u;
+      counts.nonfinite_heads += !finite && g == first;
+    } else {
+      counts.nonfinite_heads += !finite;
+    }
+    const uint16_t bits = finite ? scale_for(bf16_to_float(static_cast<uint16_t>(gmax[g])), kQmax) : kScaleNan;
+    store_scale(rec, l, g, bits);
+    sf[g] = bf16_to_float(bits);
+    rf[g] = finite ? __frcp_rn(sf[g]) : 0.0f;
+  }
+  __syncwarp();
+  for (int c = lane; c < chunks; c += 32) {
+    const uint4 w = x[c];
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    const int g = group_of<kCodec>(l, 8 * c);
+    const float scale = sf[g], reciprocal = rf[g];
+    const bool rejected = isnan(scale);
+    if constexpr (kPerHead) {
+      uint32_t out[2] = {0, 0};
+      if (!rejected) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float v = k % 2 ? bf16_hi(words[k / 2]) : bf16_lo(words[k / 2]);
+          out[k / 4] |= code_of<kCodec>(v, scale, reciprocal) << (8 * (k % 4));
+        }
+      }
+      reinterpret_cast<uint2*>(rec)[c] = make_uint2(out[0], out[1]);
+    } else {
+      uint32_t out = 0x88888888u;  // a rejected head: code 0, stored 8
+      if (!rejected) {
+        out = 0;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float v = k % 2 ? bf16_hi(words[k / 2]) : bf16_lo(words[k / 2]);
+          out |= code_of<kCodec>(v, scale, reciprocal) << (4 * k);
+        }
+      }
+      reinterpret_cast<uint32_t*>(rec)[c] = out;
+    }
+  }
+}
+
+// The Walsh–Hadamard butterflies of one head held E elements a lane (element
+// lane·E + i in v[i]): spans 1 … E/2 in registers, then spans E … 16·E across
+// lanes — the reference's order (codec/hadamard.h). Without the normalisation.
+template <int E>
+__device__ inline void fwht_registers(float (&v)[E], int lane) {
+#pragma unroll
+  for (int span = 1; span < E; span <<= 1) {
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      if (i & span) continue;
+      const float a = v[i], b = v[i + span];
+      v[i] = __fadd_rn(a, b);
+      v[i + span] = __fsub_rn(a, b);
+    }
+  }
+#pragma unroll
+  for (int lanes = 1; lanes < 32; lanes <<= 1) {
+    const bool upper = lane & lanes;  // this lane holds the butterflies' second elements
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const float other = __shfl_xor_sync(kFullMask, v[i], lanes);
+      v[i] = upper ? __fsub_rn(other, v[i]) : __fadd_rn(v[i], other);
+    }
+  }
+}
+
+// Stores E nibbles (E/2 bytes) at byte `offset` of a record in shared memory.
+template <int E>
+__device__ inline void store_nibbles(uint8_t* rec, int offset, uint32_t packed) {
+  if constexpr (E == 2) rec[offset] = static_cast<uint8_t>(packed);
+  if constexpr (E == 4) *reinterpret_cast<uint16_t*>(rec + offset) = static_cast<uint16_t>(packed);
+  if constexpr (E == 8) *reinterpret_cast<uint32_t*>(rec + offset) = packed;
+}
+template <int E>
+__device__ inline uint32_t load_nibbles(const uint8_t* rec, int offset) {
+  if constexpr (E == 2) return rec[offset];
+  if constexpr (E == 4) return *reinterpret_cast<const uint16_t*>(rec + offset);
+  if constexpr (E == 8) return *reinterpret_cast<const uint32_t*>(rec + offset);
+  return 0;
+}
+
+// int4h with head_dim = 32·E: each head rotated in registers; a group of 32
+// is the E elements of 32/E adjacent lanes. `work`: the row as BF16.
+template <int E>
+__device__ void encode_int4h_registers(const DeviceLayout& l, const uint16_t* row, uint8_t* rec, uint8_t* work,
+                                       EncodeCounts& counts, int lane) {
+  constexpr int kLanesPerGroup = 32 / E;
+  auto* x = reinterpret_cast<uint16_t*>(work);
+  warp_copy(x, row, 2 * l.elements, true, lane);
+  __syncwarp();
+  for (int h = 0; h < l.heads; ++h) {
+    const int first = h * l.dim + lane * E;
+    float v[E];
+    unsigned m = 0;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      v[i] = bf16_to_float(x[first + i]);
+      m = max(m, static_cast<unsigned>(x[first + i] & 0x7FFFu));
+    }
+    m = warp_max(m);
+    const bool finite = m < 0x7F80u;
+    const bool in_range = bf16_to_float(static_cast<uint16_t>(m)) < numeric::kInt4HMaxAbs;
+    if (!finite || !in_range) {
+      if (lane == 0) {
+        counts.nonfinite_heads += !finite;
+        counts.out_of_range_heads += finite && !in_range;
+      }
+      if (lane % kLanesPerGroup == 0) store_scale(rec, l, h * l.groups_per_head + lane / kLanesPerGroup, kScaleNan);
+      store_nibbles<E>(rec, first / 2, 0x88888888u);
+      continue;
+    }
+    fwht_registers<E>(v, lane);
+    unsigned gm = 0;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      v[i] = __fmul_rn(v[i], l.hadamard_norm);
+      gm = max(gm, magnitude_bits(v[i]));
+    }
+    for (int offset = kLanesPerGroup / 2; offset > 0; offset >>= 1)
+      gm = max(gm, __shfl_xor_sync(kFullMask, gm, offset));
+    const uint16_t bits = scale_for(__uint_as_float(gm), 7.0f);
+    if (lane % kLanesPerGroup == 0) store_scale(rec, l, h * l.groups_per_head + lane / kLanesPerGroup, bits);
+    const float scale = bf16_to_float(bits), reciprocal = __frcp_rn(scale);
+    uint32_t packed = 0;
+#pragma unroll
+    for (int i = 0; i < E; ++i) packed |= code_of<CodecKind::kInt4>(v[i], scale, reciprocal) << (4 * i);
+    store_nibbles<E>(rec, first / 2, packed);
+  }
+}
+
+template <int E>
+__device__ void decode_int4h_registers(const DeviceLayout& l, const uint8_t* rec, uint16_t* row, int lane) {
+  constexpr int kLanesPerGroup = 32 / E;
+  for (int h = 0; h < l.heads; ++h) {
+    const int first = h * l.dim + lane * E;
+    const float scale = bf16_to_float(load_scale(rec, l, h * l.groups_per_head + lane / kLanesPerGroup));
+    const uint32_t packed = load_nibbles<E>(rec, first / 2);
+    float v[E];
+#pragma unroll
+    for (int i = 0; i < E; ++i)
+      v[i] = __fmul_rn(static_cast<float>(static_cast<int>((packed >> (4 * i)) & 0xFu) - 8), scale);
+    fwht_registers<E>(v, lane);
+    uint32_t w[E / 2];
+#pragma unroll
+    for (int i = 0; i < E / 2; ++i)
+      w[i] = dequantize(v[2 * i], l.hadamard_norm) |
+             (static_cast<uint32_t>(dequantize(v[2 * i + 1], l.hadamard_norm)) << 16);
+    if constexpr (E == 2) *reinterpret_cast<uint32_t*>(row + first) = w[0];
+    if constexpr (E == 4) *reinterpret_cast<uint2*>(row + first) = make_uint2(w[0], w[1]);
+    if constexpr (E == 8) *reinterpret_cast<uint4*>(row + first) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+// The generic decoder (any shape; int4h rotated in shared memory, `v`).
+template <CodecKind kCodec>
+__device__ void decode_row_generic(const DeviceLayout& l, const std::byte* in, uint16_t* row, uint8_t* rec, float* v,
+                                   int lane) {
   if constexpr (kCodec == CodecKind::kBf16) {
     warp_copy(row, in, 2 * l.elements, l.vector_rows && l.vector_records, lane);
     return;
@@ -353,6 +620,54 @@ __device__ void decode_row(const DeviceLayout& l, const std::byte* in, uint16_t*
     }
   }
   __syncwarp();  // the work area is reused by the warp's next row
+}
+
+// Encodes `row` into the record at `out`. `rec` and `work` are the warp's
+// area (warp_scratch_bytes(l, true)).
+template <CodecKind kCodec>
+__device__ void encode_row(const DeviceLayout& l, const uint16_t* row, std::byte* out, uint8_t* rec, uint8_t* work,
+                           EncodeCounts& counts, int lane) {
+  if constexpr (kCodec == CodecKind::kBf16) {
+    encode_row_generic<kCodec>(l, row, out, rec, reinterpret_cast<float*>(work), counts, lane);
+  } else {
+    if (!fast_encode(l)) {
+      encode_row_generic<kCodec>(l, row, out, rec, reinterpret_cast<float*>(work), counts, lane);
+      return;
+    }
+    if constexpr (kCodec == CodecKind::kInt4H) {
+      switch (l.fwht_per_lane) {
+        case 2: encode_int4h_registers<2>(l, row, rec, work, counts, lane); break;
+        case 4: encode_int4h_registers<4>(l, row, rec, work, counts, lane); break;
+        default: encode_int4h_registers<8>(l, row, rec, work, counts, lane); break;
+      }
+    } else {
+      encode_fast<kCodec>(l, row, rec, work, counts, lane);
+    }
+    zero_tail(rec, l, lane);
+    __syncwarp();
+    warp_copy(out, rec, l.record_bytes, l.vector_records, lane);
+    __syncwarp();
+  }
+}
+
+// Decodes the record at `in` into `row`; `rec` and `work` as for encode_row.
+template <CodecKind kCodec>
+__device__ void decode_row(const DeviceLayout& l, const std::byte* in, uint16_t* row, uint8_t* rec, uint8_t* work,
+                           int lane) {
+  if constexpr (kCodec == CodecKind::kInt4H) {
+    if (l.fwht_per_lane > 0) {
+      warp_copy(rec, in, l.record_bytes, l.vector_records, lane);
+      __syncwarp();
+      switch (l.fwht_per_lane) {
+        case 2: decode_int4h_registers<2>(l, rec, row, lane); break;
+        case 4: decode_int4h_registers<4>(l, rec, row, lane); break;
+        default: decode_int4h_registers<8>(l, rec, row, lane); break;
+      }
+      __syncwarp();
+      return;
+    }
+  }
+  decode_row_generic<kCodec>(l, in, row, rec, reinterpret_cast<float*>(work), lane);
 }
 
 }  // namespace device

@@ -9,7 +9,7 @@
 namespace hiq::cuda {
 namespace {
 
-constexpr int kMaxWarpsPerBlock = 16;
+constexpr int kMaxWarpsPerBlock = 32;
 
 struct DevicePlane {
   uint16_t* rows;
@@ -45,13 +45,17 @@ DeviceLayout device_layout(const RecordLayout& r) {
   l.hadamard_norm = r.codec == CodecKind::kInt4H ? numeric::hadamard_norm(l.dim) : 0.0f;
   l.vector_rows = l.dim % 8 == 0;
   l.vector_records = r.record_bytes % 16 == 0;
+  const bool per_head = r.codec == CodecKind::kInt8 || r.codec == CodecKind::kFp8;
+  if (l.vector_rows && (per_head || l.dim % kInt4GroupSize == 0))
+    l.lanes_per_group = (per_head ? l.dim : kInt4GroupSize) / 8;
+  if (r.codec == CodecKind::kInt4H && (l.dim == 64 || l.dim == 128 || l.dim == 256)) l.fwht_per_lane = l.dim / 32;
   return l;
 }
 
 // Warp w of the grid takes rows w, w + (all warps), …; row r is (layer, part,
 // i) with i fastest, so the rows of a layer are taken before the next layer's.
 template <CodecKind kCodec, Direction kDirection>
-__global__ void __launch_bounds__(kMaxWarpsPerBlock * 32) rows_kernel(const DeviceBatch b) {
+__global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1) rows_kernel(const DeviceBatch b) {
   extern __shared__ uint4 shared[];
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   auto* scratch = reinterpret_cast<uint8_t*>(shared) + static_cast<size_t>(warp) * b.scratch_bytes_per_warp;
@@ -66,18 +70,20 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32) rows_kernel(const Devi
         p.rows + layer * p.rows_layer_stride + size_t{b.l1_rows[i]} * static_cast<size_t>(p.layout.elements);
     std::byte* record = p.records + layer * p.records_layer_stride +
                         size_t{b.records[i]} * static_cast<size_t>(p.layout.record_bytes);
-    const size_t rec_bytes = (static_cast<size_t>(p.layout.record_bytes) + 15) / 16 * 16;
-    auto* v = reinterpret_cast<float*>(scratch + rec_bytes);
+    uint8_t* work = scratch + round16(static_cast<size_t>(p.layout.record_bytes));
     if constexpr (kDirection == Direction::kEncode) {
-      device::encode_row<kCodec>(p.layout, row, record, scratch, v, counts, lane);
+      device::encode_row<kCodec>(p.layout, row, record, scratch, work, counts, lane);
     } else {
-      device::decode_row<kCodec>(p.layout, record, row, scratch, v, lane);
+      device::decode_row<kCodec>(p.layout, record, row, scratch, work, lane);
     }
   }
   if constexpr (kDirection == Direction::kEncode) {
-    if (lane == 0 && b.counters && (counts.nonfinite_heads | counts.out_of_range_heads)) {
-      atomicAdd(&b.counters[0], static_cast<unsigned long long>(counts.nonfinite_heads));
-      atomicAdd(&b.counters[1], static_cast<unsigned long long>(counts.out_of_range_heads));
+    // Every warp leaves the loop together: its rows depend on the warp alone.
+    const unsigned nonfinite = __reduce_add_sync(device::kFullMask, counts.nonfinite_heads);
+    const unsigned out_of_range = __reduce_add_sync(device::kFullMask, counts.out_of_range_heads);
+    if (lane == 0 && b.counters && (nonfinite | out_of_range)) {
+      atomicAdd(&b.counters[0], static_cast<unsigned long long>(nonfinite));
+      atomicAdd(&b.counters[1], static_cast<unsigned long long>(out_of_range));
     }
   }
 }
@@ -106,15 +112,17 @@ Status dispatch(CodecKind codec, const DeviceBatch& batch, const KernelShape& sh
   return invalid_argument("unknown codec");
 }
 
-size_t scratch_bytes(const RecordLayout& layout) { return warp_scratch_bytes(device_layout(layout)); }
+size_t scratch_bytes(const RecordLayout& layout, Direction direction) {
+  return warp_scratch_bytes(device_layout(layout), direction == Direction::kEncode);
+}
 
 }  // namespace
 
-Result<KernelShape> kernel_shape(const RecordLayout* layouts, int num_layouts) {
+Result<KernelShape> kernel_shape(Direction direction, const RecordLayout* layouts, int num_layouts) {
   size_t per_warp = 16;
   for (int i = 0; i < num_layouts; ++i) {
     if (!layouts[i].is_valid()) return invalid_argument("kernel_shape: an invalid record layout");
-    per_warp = std::max(per_warp, scratch_bytes(layouts[i]));
+    per_warp = std::max(per_warp, scratch_bytes(layouts[i], direction));
   }
   int device = 0, optin = 0;
   HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
@@ -124,7 +132,7 @@ Result<KernelShape> kernel_shape(const RecordLayout* layouts, int num_layouts) {
     return invalid_argument("a row needs " + std::to_string(per_warp) +
                             " bytes of GPU shared memory to encode, more than a block may have (" +
                             std::to_string(optin) + ")");
-  return KernelShape{static_cast<int>(warps), warps * per_warp};
+  return KernelShape{direction, static_cast<int>(warps), warps * per_warp};
 }
 
 Status launch_rows(Direction direction, const RowBatch& batch, const KernelShape& shape, int max_blocks,
@@ -139,10 +147,10 @@ Status launch_rows(Direction direction, const RowBatch& batch, const KernelShape
     const PlaneView& v = batch.parts[p];
     if (v.layout.codec != codec) return invalid_argument("launch_rows: K and V in different codecs");
     b.parts[p] = {v.rows, v.rows_layer_stride, v.records, v.records_layer_stride, device_layout(v.layout)};
-    per_warp = std::max(per_warp, scratch_bytes(v.layout));
+    per_warp = std::max(per_warp, scratch_bytes(v.layout, direction));
   }
-  if (per_warp * static_cast<size_t>(shape.warps_per_block) > shape.shared_bytes)
-    return invalid_argument("launch_rows: the kernel shape was made for smaller rows");
+  if (shape.direction != direction || per_warp * static_cast<size_t>(shape.warps_per_block) > shape.shared_bytes)
+    return invalid_argument("launch_rows: the kernel shape was made for another direction or smaller rows");
   b.num_parts = batch.num_parts;
   b.l1_rows = batch.l1_rows;
   b.records = batch.records;

@@ -22,6 +22,8 @@ namespace hiq::cuda {
 
 struct DeviceLayout;  // codec/cuda/row_codec.cuh
 
+enum class Direction : uint8_t { kEncode, kDecode };
+
 // One part (K or V) of every layer.
 struct PlaneView {
   uint16_t* rows = nullptr;           // L1 row 0 of layer 0 (device memory)
@@ -42,18 +44,17 @@ struct RowBatch {
   unsigned long long* counters = nullptr;
 };
 
-enum class Direction : uint8_t { kEncode, kDecode };
-
 // Threads and shared memory of one block, for a batch's layouts.
 struct KernelShape {
+  Direction direction = Direction::kEncode;
   int warps_per_block = 0;
   size_t shared_bytes = 0;  // dynamic shared memory per block
 };
 
-// The block shape for `layouts` on the current device: up to 16 warps, as many
-// as shared memory allows. kInvalidArgument when one warp's work area (a row
-// of floats plus a record) exceeds what a block may have.
-Result<KernelShape> kernel_shape(const RecordLayout* layouts, int num_layouts);
+// The block shape for `layouts` on the current device: up to 32 warps, as many
+// as shared memory allows. kInvalidArgument when one warp's work area (a
+// record plus, at most, a row of floats) exceeds what a block may have.
+Result<KernelShape> kernel_shape(Direction direction, const RecordLayout* layouts, int num_layouts);
 
 // Queues the kernel on `stream` with at most `max_blocks` blocks. The caller
 // keeps every buffer alive until the stream passes the kernel. A batch of no

@@ -51,7 +51,7 @@ class CudaDeviceKvPool final : public DeviceKvPool {
     batch.l1_rows = static_cast<const uint32_t*>(indices.get());
     batch.records = batch.l1_rows + n;
     batch.count = static_cast<uint32_t>(n);
-    HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape shape, cuda::kernel_shape(&layout, 1));
+    HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape shape, cuda::kernel_shape(direction, &layout, 1));
     if (direction == cuda::Direction::kDecode)
       HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(staging.get(), host, bytes, cudaMemcpyHostToDevice));
     // The legacy default stream: ordered after every blocking stream's work,

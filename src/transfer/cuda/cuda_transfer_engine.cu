@@ -53,8 +53,8 @@ struct Operation {
 class CudaEngine final : public CudaTransferEngine {
  public:
   CudaEngine(DeviceKvPool& l1, HostKvPool& l2, TransferEngineOptions options, PinnedHostMemory pinned,
-             cuda::KernelShape shape)
-      : l1_(l1), l2_(l2), options_(std::move(options)), pinned_(std::move(pinned)), shape_(shape) {}
+             cuda::KernelShape encode, cuda::KernelShape decode)
+      : l1_(l1), l2_(l2), options_(std::move(options)), pinned_(std::move(pinned)), encode_(encode), decode_(decode) {}
 
   Status init() {
     const KvGeometry& g = l1_.geometry();
@@ -166,7 +166,7 @@ class CudaEngine final : public CudaTransferEngine {
   }
 
   LaunchShape transfer_launch_shape() const override {
-    return {options_.gpu_sms, shape_.warps_per_block * 32};
+    return {options_.gpu_sms, decode_.warps_per_block * 32};
   }
 
  private:
@@ -249,7 +249,7 @@ class CudaEngine final : public CudaTransferEngine {
       batch.first_layer = 0;
       batch.num_layers = op.layers;
       batch.counters = static_cast<unsigned long long*>(counters_.get());
-      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kEncode, batch, shape_, options_.gpu_sms, stream));
+      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kEncode, batch, encode_, options_.gpu_sms, stream));
       HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counters_host_.get(), counters_.get(), 2 * sizeof(unsigned long long),
                                                cudaMemcpyDeviceToHost, stream));
       op.enqueued = op.layers;
@@ -261,7 +261,7 @@ class CudaEngine final : public CudaTransferEngine {
       HIQ_ASSIGN_OR_RETURN(op.layer_done[static_cast<size_t>(layer)], cuda::make_event(/*timing=*/false));
       batch.first_layer = layer;
       batch.num_layers = 1;
-      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kDecode, batch, shape_, options_.gpu_sms, stream));
+      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kDecode, batch, decode_, options_.gpu_sms, stream));
       HIQ_CUDA_RETURN_IF_ERROR(cudaEventRecord(op.layer_done[static_cast<size_t>(layer)].get(), stream));
       op.enqueued = layer + 1;
     }
@@ -336,7 +336,7 @@ class CudaEngine final : public CudaTransferEngine {
   HostKvPool& l2_;
   const TransferEngineOptions options_;
   PinnedHostMemory pinned_;  // first in, last out: unpinned after every stream is drained
-  const cuda::KernelShape shape_;
+  const cuda::KernelShape encode_, decode_;  // block shapes of backups and loads
   int parts_ = 0;
   cuda::PlaneView planes_[2];
   cuda::DeviceMemory counters_;       // [non-finite heads, out-of-range heads], added to by encode kernels
@@ -366,9 +366,11 @@ Result<std::unique_ptr<CudaTransferEngine>> make_cuda_transfer_engine(DeviceKvPo
   if (l1.host_accessible() || attributes.type != cudaMemoryTypeDevice)
     return invalid_argument("the CUDA transfer engine needs an L1 pool in GPU memory (make_cuda_device_kv_pool)");
   const RecordLayout layouts[2] = {l2.layout(KvPart::kK), l2.layout(KvPart::kV)};
-  HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape shape, cuda::kernel_shape(layouts, l1.geometry().rows_per_layer()));
+  const int parts = l1.geometry().rows_per_layer();
+  HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape encode, cuda::kernel_shape(cuda::Direction::kEncode, layouts, parts));
+  HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape decode, cuda::kernel_shape(cuda::Direction::kDecode, layouts, parts));
   HIQ_ASSIGN_OR_RETURN(PinnedHostMemory pinned, PinnedHostMemory::pin(l2.plane(0, KvPart::kK), l2.reserved_bytes()));
-  auto engine = std::make_unique<CudaEngine>(l1, l2, std::move(options), std::move(pinned), shape);
+  auto engine = std::make_unique<CudaEngine>(l1, l2, std::move(options), std::move(pinned), encode, decode);
   HIQ_RETURN_IF_ERROR(engine->init());
   return std::unique_ptr<CudaTransferEngine>(std::move(engine));
 }

@@ -67,7 +67,7 @@ struct Bench {
   std::byte* copy_target;   // device: the D2D copy's destination
   const uint32_t* identity; // device: 0, 1, 2, …
   cudaStream_t copy_stream, kernel_stream;
-  cuda::KernelShape shape;
+  cuda::KernelShape encode_shape, decode_shape;
   std::vector<cudaEvent_t> layer_events;
 
   // Through the engine: submit, wait, acknowledge.
@@ -115,6 +115,7 @@ struct Bench {
 
   Status kernel_alone(cuda::Direction direction, size_t n) {
     const cuda::RowBatch b = batch(n, staging, false);
+    const cuda::KernelShape& shape = direction == cuda::Direction::kEncode ? encode_shape : decode_shape;
     HIQ_RETURN_IF_ERROR(cuda::launch_rows(direction, b, shape, 1 << 16, kernel_stream));
     return cuda::cuda_status(cudaStreamSynchronize(kernel_stream), "cudaStreamSynchronize");
   }
@@ -136,7 +137,7 @@ struct Bench {
       HIQ_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(kernel_stream, layer_events[static_cast<size_t>(layer)], 0));
       b.first_layer = layer;
       b.num_layers = 1;
-      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kDecode, b, shape, options.gpu_sms, kernel_stream));
+      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kDecode, b, decode_shape, options.gpu_sms, kernel_stream));
     }
     return cuda::cuda_status(cudaStreamSynchronize(kernel_stream), "cudaStreamSynchronize");
   }
@@ -149,7 +150,7 @@ struct Bench {
     for (int layer = 0; layer < g.num_layers; ++layer) {
       b.first_layer = layer;
       b.num_layers = 1;
-      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kEncode, b, shape, options.gpu_sms, kernel_stream));
+      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kEncode, b, encode_shape, options.gpu_sms, kernel_stream));
       HIQ_CUDA_RETURN_IF_ERROR(cudaEventRecord(layer_events[static_cast<size_t>(layer)], kernel_stream));
       HIQ_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_stream, layer_events[static_cast<size_t>(layer)], 0));
       for (int p = 0; p < b.num_parts; ++p) {
@@ -260,7 +261,10 @@ Result<TransferBenchReport> run_transfer_bench(const TransferBenchOptions& optio
     report.transfer_blocks = launch.blocks;
     report.transfer_threads_per_block = launch.threads_per_block;
     const RecordLayout layouts[2] = {l2->layout(KvPart::kK), l2->layout(KvPart::kV)};
-    HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape shape, cuda::kernel_shape(layouts, g.rows_per_layer()));
+    HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape encode_shape,
+                         cuda::kernel_shape(cuda::Direction::kEncode, layouts, g.rows_per_layer()));
+    HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape decode_shape,
+                         cuda::kernel_shape(cuda::Direction::kDecode, layouts, g.rows_per_layer()));
     Bench bench{options,
                 *l1,
                 *l2,
@@ -270,7 +274,8 @@ Result<TransferBenchReport> run_transfer_bench(const TransferBenchOptions& optio
                 static_cast<const uint32_t*>(identity.get()),
                 copy_stream.get(),
                 kernel_stream.get(),
-                shape,
+                encode_shape,
+                decode_shape,
                 event_handles};
     // Valid records in every slot the loads will read.
     std::vector<SlotId> all(max_tokens);

@@ -4,7 +4,9 @@
 // For each codec and batch (tokens of every layer, K and V):
 // - restore (load) and backup through the engine: fused codec kernels reading
 //   or writing pinned L2 directly, on at most `gpu_sms` multiprocessors; also a
-//   restore from scattered L2 slots (a shuffled slot list), as after churn;
+//   restore from scattered L2 slots (a shuffled slot list), as after churn, and
+//   the restore kernel over all layers in one launch, which prices the
+//   engine's per-layer launches and events;
 // - the references: plain cudaMemcpyAsync H2D and D2H of the same wire bytes
 //   between pinned L2 and device memory;
 // - the staged alternative design: the codec kernel on device memory plus
@@ -12,8 +14,8 @@
 //   its best case);
 // - the codec kernels alone (device memory only, every multiprocessor) next to
 //   a device-to-device copy of the BF16 bytes.
-// Times are medians of repeated runs, host clock around submit-and-wait for the
-// transfers and their references alike, CUDA events for the kernels alone.
+// Times are medians of repeated runs, host clock around submit-and-wait for
+// every measurement and its reference alike.
 #pragma once
 
 #include <functional>
@@ -42,6 +44,7 @@ struct TransferBenchRow {
   size_t wire_bytes = 0;  // encoded bytes of the batch (what crosses PCIe)
   size_t bf16_bytes = 0;  // the same KV in BF16
   double restore_s = 0, restore_scattered_s = 0, backup_s = 0;  // through the engine
+  double restore_one_launch_s = 0;  // the engine's restore kernel over all layers in one launch, no events
   double memcpy_h2d_s = 0, memcpy_d2h_s = 0;                    // references, same wire bytes
   double staged_restore_s = 0, staged_backup_s = 0;             // alternative design (0: not measured)
   double encode_kernel_s = 0, decode_kernel_s = 0;              // codec kernels alone, device memory

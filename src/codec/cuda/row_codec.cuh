@@ -15,6 +15,9 @@
 // accesses where the layout allows them, byte accesses otherwise.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -302,6 +305,26 @@ __device__ inline uint16_t dequantize(float q, float scale) {
   return numeric::float_to_bf16_saturate(__fmul_rn(q, scale));
 }
 
+// numeric::float_to_bf16_saturate of two floats, packed (a low). The
+// hardware conversion (round to nearest even, one instruction for both) agrees
+// with it on every finite value that does not round past the largest BF16
+// (tests/gpu_numeric_test.cc); NaN, ±Inf and saturation take the reference's
+// integer code.
+__device__ inline uint32_t pack_bf16_saturate(float a, float b) {
+  if ((magnitude_bits(a) < 0x7F7F8000u) & (magnitude_bits(b) < 0x7F7F8000u)) {
+    const __nv_bfloat162 h = __float22bfloat162_rn(make_float2(a, b));
+    return static_cast<uint32_t>(__bfloat16_as_ushort(h.x)) | (static_cast<uint32_t>(__bfloat16_as_ushort(h.y)) << 16);
+  }
+  return numeric::float_to_bf16_saturate(a) | (static_cast<uint32_t>(numeric::float_to_bf16_saturate(b)) << 16);
+}
+
+// Two E4M3 codes (a in the low byte) as floats, by the hardware conversion
+// (equal to numeric::e4m3_to_float for every code; NaN codes give a NaN).
+__device__ inline float2 e4m3x2_to_float2(uint32_t codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
 template <CodecKind kCodec>
 __device__ float code_value(const uint8_t* payload, int e) {
   if constexpr (kCodec == CodecKind::kInt8) return static_cast<float>(static_cast<int8_t>(payload[e]));
@@ -330,14 +353,16 @@ __device__ int scale_index(const DeviceLayout& l, int e) {
 // Valid while x/s and the residuals stay normal: codes come from |x/s| ≤ 448.
 // A quotient in the subnormal range can be off by an ulp, but every codec
 // turns such a value into code 0 whichever ulp it is. copysign keeps −0
-// for x = −0, as the division does (fp8 code 0x80).
+// for x = −0, as the division does (fp8 code 0x80; the integer codecs map
+// both zeros to code 0 and skip it).
+template <bool kSignedZero = false>
 __device__ inline float quotient(float x, float s, float r) {
   float q = __fmul_rn(x, r);
   float e = __fmaf_rn(-q, s, x);
   q = __fmaf_rn(e, r, q);
   e = __fmaf_rn(-q, s, x);
   q = __fmaf_rn(e, r, q);
-  return copysignf(q, x);
+  return kSignedZero ? copysignf(q, x) : q;
 }
 
 // Largest BF16 magnitude bits of 8 packed elements.
@@ -357,13 +382,21 @@ __device__ inline int group_of(const DeviceLayout& l, int e) {
   return h * l.groups_per_head + (e - h * l.dim) / kInt4GroupSize;
 }
 
+// int8 and int4 codes: rint(x/s) clamped; __float2int_rn rounds half to even
+// like rint, and |x/s| ≤ 128 converts exactly. int4 is stored as q + 8.
 template <CodecKind kCodec>
 __device__ inline uint32_t code_of(float x, float scale, float reciprocal) {
-  const float q = quotient(x, scale, reciprocal);
-  if constexpr (kCodec == CodecKind::kInt8)
-    return static_cast<uint8_t>(static_cast<int8_t>(fminf(fmaxf(rintf(q), -127.0f), 127.0f)));
-  if constexpr (kCodec == CodecKind::kFp8) return numeric::float_to_e4m3(q);
-  return static_cast<uint32_t>(static_cast<int>(fminf(fmaxf(rintf(q), -7.0f), 7.0f)) + 8);  // int4: q + 8
+  const int q = __float2int_rn(quotient(x, scale, reciprocal));
+  if constexpr (kCodec == CodecKind::kInt8) return static_cast<uint8_t>(static_cast<int8_t>(min(max(q, -127), 127)));
+  return static_cast<uint32_t>(min(max(q, -7), 7) + 8);
+}
+
+// Two fp8 codes (a low) by the hardware's saturating conversion, equal to
+// numeric::float_to_e4m3 on finite input (tests/gpu_numeric_test.cc); the
+// quotients of a finite head are finite.
+__device__ inline uint32_t fp8_codes(float a, float b, float scale, float reciprocal) {
+  const float2 q = make_float2(quotient<true>(a, scale, reciprocal), quotient<true>(b, scale, reciprocal));
+  return __nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3);
 }
 
 // int8, fp8 and int4 on vector rows. `work`: the row as BF16, then group
@@ -429,9 +462,12 @@ __device__ void encode_fast(const DeviceLayout& l, const uint16_t* row, uint8_t*
       uint32_t out[2] = {0, 0};
       if (!rejected) {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const float v = k % 2 ? bf16_hi(words[k / 2]) : bf16_lo(words[k / 2]);
-          out[k / 4] |= code_of<kCodec>(v, scale, reciprocal) << (8 * (k % 4));
+        for (int k = 0; k < 8; k += 2) {
+          const float a = bf16_lo(words[k / 2]), b = bf16_hi(words[k / 2]);
+          const uint32_t pair = kCodec == CodecKind::kFp8 ? fp8_codes(a, b, scale, reciprocal)
+                                                          : code_of<kCodec>(a, scale, reciprocal) |
+                                                                (code_of<kCodec>(b, scale, reciprocal) << 8);
+          out[k / 4] |= pair << (8 * (k % 4));
         }
       }
       reinterpret_cast<uint2*>(rec)[c] = make_uint2(out[0], out[1]);
@@ -535,7 +571,7 @@ __device__ void encode_int4h_registers(const DeviceLayout& l, const uint16_t* ro
     const float scale = bf16_to_float(bits), reciprocal = __frcp_rn(scale);
     uint32_t packed = 0;
 #pragma unroll
-    for (int i = 0; i < E; ++i) packed |= code_of<CodecKind::kInt4>(v[i], scale, reciprocal) << (4 * i);
+    for (int i = 0; i < E; ++i) packed |= code_of<CodecKind::kInt4H>(v[i], scale, reciprocal) << (4 * i);
     store_nibbles<E>(rec, first / 2, packed);
   }
 }
@@ -555,8 +591,7 @@ __device__ void decode_int4h_registers(const DeviceLayout& l, const uint8_t* rec
     uint32_t w[E / 2];
 #pragma unroll
     for (int i = 0; i < E / 2; ++i)
-      w[i] = dequantize(v[2 * i], l.hadamard_norm) |
-             (static_cast<uint32_t>(dequantize(v[2 * i + 1], l.hadamard_norm)) << 16);
+      w[i] = pack_bf16_saturate(__fmul_rn(v[2 * i], l.hadamard_norm), __fmul_rn(v[2 * i + 1], l.hadamard_norm));
     if constexpr (E == 2) *reinterpret_cast<uint32_t*>(row + first) = w[0];
     if constexpr (E == 4) *reinterpret_cast<uint2*>(row + first) = make_uint2(w[0], w[1]);
     if constexpr (E == 8) *reinterpret_cast<uint4*>(row + first) = make_uint4(w[0], w[1], w[2], w[3]);
@@ -579,17 +614,25 @@ __device__ void decode_row_generic(const DeviceLayout& l, const std::byte* in, u
       const int e0 = 8 * c;
       const float scale = bf16_to_float(load_scale(rec, l, scale_index<kCodec>(l, e0)));
       float x[8];
+      if constexpr (kCodec == CodecKind::kFp8) {
+        const uint2 codes = reinterpret_cast<const uint2*>(rec)[c];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) x[k] = __fmul_rn(code_value<kCodec>(rec, e0 + k), scale);
+        for (int k = 0; k < 4; ++k) {
+          const float2 f = e4m3x2_to_float2(((k < 2 ? codes.x : codes.y) >> (16 * (k % 2))) & 0xFFFFu);
+          x[2 * k] = __fmul_rn(f.x, scale);
+          x[2 * k + 1] = __fmul_rn(f.y, scale);
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) x[k] = __fmul_rn(code_value<kCodec>(rec, e0 + k), scale);
+      }
       if constexpr (kRotate) {
         reinterpret_cast<float4*>(v)[2 * c] = make_float4(x[0], x[1], x[2], x[3]);
         reinterpret_cast<float4*>(v)[2 * c + 1] = make_float4(x[4], x[5], x[6], x[7]);
       } else {
         uint32_t w[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          w[k] = numeric::float_to_bf16_saturate(x[2 * k]) |
-                 (static_cast<uint32_t>(numeric::float_to_bf16_saturate(x[2 * k + 1])) << 16);
+        for (int k = 0; k < 4; ++k) w[k] = pack_bf16_saturate(x[2 * k], x[2 * k + 1]);
         reinterpret_cast<uint4*>(row)[c] = make_uint4(w[0], w[1], w[2], w[3]);
       }
     }
@@ -611,8 +654,8 @@ __device__ void decode_row_generic(const DeviceLayout& l, const std::byte* in, u
         uint32_t w[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k)
-          w[k] = dequantize(v[8 * c + 2 * k], l.hadamard_norm) |
-                 (static_cast<uint32_t>(dequantize(v[8 * c + 2 * k + 1], l.hadamard_norm)) << 16);
+          w[k] = pack_bf16_saturate(__fmul_rn(v[8 * c + 2 * k], l.hadamard_norm),
+                                    __fmul_rn(v[8 * c + 2 * k + 1], l.hadamard_norm));
         reinterpret_cast<uint4*>(row)[c] = make_uint4(w[0], w[1], w[2], w[3]);
       }
     } else {

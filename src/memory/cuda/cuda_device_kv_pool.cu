@@ -39,8 +39,10 @@ class CudaDeviceKvPool final : public DeviceKvPool {
     const RowShape row_shape = geometry().row_shape(part);
     HIQ_ASSIGN_OR_RETURN(const RecordLayout layout, RecordLayout::make(CodecKind::kBf16, row_shape, 2));
     const size_t n = slots.size(), bytes = n * layout.record_bytes;
-    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory staging, cuda::device_alloc(bytes, "L1 row staging"));
-    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory indices, cuda::device_alloc(2 * n * sizeof(uint32_t), "L1 row indices"));
+    HIQ_RETURN_IF_ERROR(reserve(staging_, staging_bytes_, bytes));
+    HIQ_RETURN_IF_ERROR(reserve(indices_, indices_bytes_, 2 * n * sizeof(uint32_t)));
+    const cuda::DeviceMemory& staging = staging_;
+    const cuda::DeviceMemory& indices = indices_;
     std::vector<uint32_t> host_indices(2 * n);
     std::copy(slots.begin(), slots.end(), host_indices.begin());
     std::iota(host_indices.begin() + static_cast<ptrdiff_t>(n), host_indices.end(), 0u);
@@ -63,7 +65,20 @@ class CudaDeviceKvPool final : public DeviceKvPool {
     return Status::ok();
   }
 
+  // Grows `buffer` to at least `bytes`. Every use synchronises before
+  // returning, so nothing queued still reads the old buffer.
+  static Status reserve(cuda::DeviceMemory& buffer, size_t& capacity, size_t bytes) {
+    if (bytes <= capacity) return Status::ok();
+    buffer.reset();
+    capacity = 0;
+    HIQ_ASSIGN_OR_RETURN(buffer, cuda::device_alloc(bytes, "L1 row staging"));
+    capacity = bytes;
+    return Status::ok();
+  }
+
   cuda::DeviceMemory memory_;
+  cuda::DeviceMemory staging_, indices_;  // read_rows/write_rows work areas, reused
+  size_t staging_bytes_ = 0, indices_bytes_ = 0;
 };
 
 }  // namespace

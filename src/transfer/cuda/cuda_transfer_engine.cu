@@ -4,9 +4,11 @@
 //
 //   start event → slot lists H2D (from the index ring) → kernels → end event
 //
-// A load queues one kernel per layer and records that layer's event after it;
-// a backup queues one kernel for all layers (nothing waits on a backup's
-// layers). The kernels read or write the records in pinned, mapped L2 directly
+// A load queues one kernel per layer and records that layer's event after it,
+// alternating between two streams with half the multiprocessors each: one
+// layer's launch and tail overlap its neighbour's transfer, and together they
+// still occupy at most `gpu_sms` multiprocessors. A backup queues one kernel
+// for all layers (nothing waits on a backup's layers). The kernels read or write the records in pinned, mapped L2 directly
 // (zero-copy): only encoded bytes cross PCIe, and scattered L2 slots cost no
 // extra copies. scripts/gpu-check and `hiq bench transfer` measure this design
 // against the staged alternative (encode into device memory, then
@@ -46,6 +48,7 @@ struct Operation {
   int enqueued = 0;                      // loads: layers whose kernels are queued; backups: 0 or all
   std::vector<cuda::Event> layer_done;   // loads: one per layer (backups use `end` for every layer)
   cuda::Event start, end;                // timing events around the whole operation
+  cuda::Event staged, side_done;         // loads on two streams: slot lists uploaded; second stream's work done
   Status status;                         // why the operation failed, if it did
   bool complete = false;                 // end event observed
 };
@@ -71,6 +74,7 @@ class CudaEngine final : public CudaTransferEngine {
     for (Lane& lane : lanes_) {
       HIQ_ASSIGN_OR_RETURN(lane.stream, cuda::make_stream());
     }
+    HIQ_ASSIGN_OR_RETURN(lane_for(TransferKind::kLoad).side, cuda::make_stream());
     HIQ_ASSIGN_OR_RETURN(counters_, cuda::device_alloc(2 * sizeof(unsigned long long), "codec counters"));
     HIQ_ASSIGN_OR_RETURN(counters_host_, cuda::pinned_alloc(2 * sizeof(unsigned long long), "codec counters"));
     HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(counters_.get(), 0, 2 * sizeof(unsigned long long)));
@@ -143,8 +147,10 @@ class CudaEngine final : public CudaTransferEngine {
 
   void drain() override {
     std::lock_guard submit_lock(submit_mu_);  // nothing new is queued meanwhile
-    for (Lane& lane : lanes_)
+    for (Lane& lane : lanes_) {
       if (lane.stream) (void)cudaStreamSynchronize(lane.stream.get());
+      if (lane.side) (void)cudaStreamSynchronize(lane.side.get());
+    }
     std::lock_guard lock(mu_);
     reap();
   }
@@ -169,9 +175,14 @@ class CudaEngine final : public CudaTransferEngine {
     return {options_.gpu_sms, decode_.warps_per_block * 32};
   }
 
+  // Blocks of one load kernel; two run at once when the loads use two streams.
+  int load_blocks() const { return two_load_streams() ? options_.gpu_sms / 2 : options_.gpu_sms; }
+  bool two_load_streams() const { return options_.gpu_sms >= 2; }
+
  private:
   struct Lane {
     cuda::Stream stream;
+    cuda::Stream side;  // loads: every other layer's kernel
     cuda::IndexRing ring;
     std::deque<std::shared_ptr<Operation>> pending;  // queued on this stream, not yet seen complete
   };
@@ -218,11 +229,19 @@ class CudaEngine final : public CudaTransferEngine {
     std::copy(l2.begin(), l2.end(), region.host + n);
     cudaStream_t stream = lane_for(kind).stream.get();
     op->status = enqueue(*op, region, stream);
+    if (op->side_done) {  // the end waits for the second stream's layers too
+      Status joined = cuda::cuda_status(cudaEventRecord(op->side_done.get(), lane_for(kind).side.get()),
+                                        "cudaEventRecord");
+      if (joined.is_ok())
+        joined = cuda::cuda_status(cudaStreamWaitEvent(stream, op->side_done.get(), 0), "cudaStreamWaitEvent");
+      if (op->status.is_ok()) op->status = joined;
+    }
     const Status ended = cuda::cuda_status(cudaEventRecord(op->end.get(), stream), "cudaEventRecord");
     if (!ended.is_ok()) {
       // No end event: wait for the stream here instead. An event never
       // recorded reports complete, so reap() then releases the operation.
       (void)cudaStreamSynchronize(stream);
+      if (lane_for(kind).side) (void)cudaStreamSynchronize(lane_for(kind).side.get());
       if (op->status.is_ok()) op->status = ended;
     }
     std::lock_guard lock(mu_);
@@ -256,13 +275,23 @@ class CudaEngine final : public CudaTransferEngine {
       return Status::ok();
     }
     op.layer_done.resize(static_cast<size_t>(op.layers));
+    cudaStream_t side = stream;
+    if (two_load_streams()) {
+      side = lane_for(TransferKind::kLoad).side.get();
+      HIQ_ASSIGN_OR_RETURN(op.staged, cuda::make_event(/*timing=*/false));
+      HIQ_ASSIGN_OR_RETURN(op.side_done, cuda::make_event(/*timing=*/false));
+      HIQ_CUDA_RETURN_IF_ERROR(cudaEventRecord(op.staged.get(), stream));
+      HIQ_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, op.staged.get(), 0));
+    }
     for (int layer = 0; layer < op.layers; ++layer) {
       if (options_.before_layer) HIQ_RETURN_IF_ERROR(options_.before_layer(op.ticket, op.kind, layer));
-      HIQ_ASSIGN_OR_RETURN(op.layer_done[static_cast<size_t>(layer)], cuda::make_event(/*timing=*/false));
+      cuda::Event& done = op.layer_done[static_cast<size_t>(layer)];
+      HIQ_ASSIGN_OR_RETURN(done, cuda::make_event(/*timing=*/false));
+      cudaStream_t s = layer % 2 ? side : stream;
       batch.first_layer = layer;
       batch.num_layers = 1;
-      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kDecode, batch, decode_, options_.gpu_sms, stream));
-      HIQ_CUDA_RETURN_IF_ERROR(cudaEventRecord(op.layer_done[static_cast<size_t>(layer)].get(), stream));
+      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kDecode, batch, decode_, load_blocks(), s));
+      HIQ_CUDA_RETURN_IF_ERROR(cudaEventRecord(done.get(), s));
       op.enqueued = layer + 1;
     }
     return Status::ok();

@@ -120,6 +120,14 @@ struct Bench {
     return cuda::cuda_status(cudaStreamSynchronize(kernel_stream), "cudaStreamSynchronize");
   }
 
+  // The restore kernel alone, all layers in one launch (no per-layer events):
+  // what the per-layer launches of the engine cost, by difference.
+  Status restore_one_launch(size_t n) {
+    const cuda::RowBatch b = batch(n, nullptr, true);
+    HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kDecode, b, decode_shape, options.gpu_sms, kernel_stream));
+    return cuda::cuda_status(cudaStreamSynchronize(kernel_stream), "cudaStreamSynchronize");
+  }
+
   // Staged restore: per layer, DMA the records of slots 0..n-1 into device
   // staging, then decode from there; copies and kernels overlap by layer.
   Status staged_restore(size_t n) {
@@ -181,6 +189,7 @@ struct Bench {
     HIQ_ASSIGN_OR_RETURN(row.restore_s, median_seconds(budget, [&] { return transfer(TransferKind::kLoad, slots, slots); }));
     HIQ_ASSIGN_OR_RETURN(row.restore_scattered_s,
                          median_seconds(budget, [&] { return transfer(TransferKind::kLoad, slots, scattered); }));
+    HIQ_ASSIGN_OR_RETURN(row.restore_one_launch_s, median_seconds(budget, [&] { return restore_one_launch(n); }));
     std::byte* l2_base = l2.plane(0, KvPart::kK);
     HIQ_ASSIGN_OR_RETURN(row.memcpy_h2d_s, median_seconds(budget, [&] {
       return memcpy_sync(staging, l2_base, row.wire_bytes, cudaMemcpyHostToDevice);

@@ -31,10 +31,14 @@ class CudaTransferEngine : public TransferEngine {
   // enqueued because the operation failed (the caller recomputes).
   virtual Status stream_wait_layer(Ticket ticket, int layer, void* stream) = 0;
 
-  // The launch shape of the transfer kernels: blocks (each on its own
-  // multiprocessor, at most TransferEngineOptions::gpu_sms) and threads a block.
+  // The launch shape of the transfer kernels. Each block fills its own
+  // multiprocessor; together they never occupy more than
+  // TransferEngineOptions::gpu_sms of them.
   struct LaunchShape {
-    int blocks = 0, threads_per_block = 0;
+    int backup_blocks = 0;            // one kernel per backup
+    int load_blocks = 0;              // per load kernel; `load_streams` of them run at once
+    int load_streams = 0;
+    int threads_per_block = 0;
   };
   virtual LaunchShape transfer_launch_shape() const = 0;
 };

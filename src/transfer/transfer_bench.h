@@ -54,7 +54,7 @@ struct TransferBenchRow {
 struct TransferBenchReport {
   std::string gpu;
   int multiprocessors = 0;
-  int transfer_blocks = 0, transfer_threads_per_block = 0;  // launch shape of the engine's kernels
+  int backup_blocks = 0, load_blocks = 0, load_streams = 0, threads_per_block = 0;  // the engine's kernels
   std::vector<TransferBenchRow> rows;
 };
 

@@ -121,16 +121,20 @@ int run_transfer(const TransferFlags& f) {
                                 {"multiprocessors", r.multiprocessors},
                                 {"model", options->geometry.name},
                                 {"record_align", options->record_align},
-                                {"transfer_blocks", r.transfer_blocks},
-                                {"transfer_threads_per_block", r.transfer_threads_per_block},
+                                {"gpu_sms", options->gpu_sms},
+                                {"backup_blocks", r.backup_blocks},
+                                {"load_blocks", r.load_blocks},
+                                {"load_streams", r.load_streams},
+                                {"threads_per_block", r.threads_per_block},
                                 {"rows", rows}};
     std::cout << out.dump(2) << '\n';
     return 0;
   }
 
-  std::cout << "hiq bench transfer: " << options->geometry.name << " on " << r.gpu << "; transfer kernels on "
-            << r.transfer_blocks << " blocks of " << r.transfer_threads_per_block << " threads (at most "
-            << r.transfer_blocks << " of " << r.multiprocessors << " SMs)\n\n";
+  std::cout << "hiq bench transfer: " << options->geometry.name << " on " << r.gpu << "; transfer kernels on at most "
+            << options->gpu_sms << " of " << r.multiprocessors << " SMs (backup: " << r.backup_blocks
+            << " blocks; load: " << r.load_streams << " streams × " << r.load_blocks << " blocks; "
+            << r.threads_per_block << " threads a block)\n\n";
   std::cout << "Restore (L2 → L1) and backup (L1 → L2) through the engine, against cudaMemcpyAsync of the same "
                "wire bytes (pinned);\n'scattered': from shuffled L2 slots; 'one launch': the restore kernel over all "
                "layers at once, without per-layer events:\n";

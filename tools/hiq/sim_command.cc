@@ -19,6 +19,7 @@ namespace hiq::cli {
 namespace {
 
 struct SimFlags {
+  std::string device = "cpu";
   std::string model = "qwen3-8b";
   int tp = 1;
   int page_size = 1;
@@ -41,6 +42,7 @@ struct SimFlags {
 
 Result<SimulationConfig> build_config(const SimFlags& f) {
   SimulationConfig c;
+  HIQ_ASSIGN_OR_RETURN(c.backend, parse_sim_backend(f.device));
   GeometryOptions go;
   go.tp_size = f.tp;
   go.page_size = f.page_size;
@@ -103,6 +105,7 @@ int run_sim(const SimFlags& f) {
 
   if (f.json) {
     const nlohmann::json out = {
+        {"device", std::string(sim_backend_name(config->backend))},
         {"model", config->geometry.name},
         {"hicache_codec", codec},
         {"record_align", f.record_align},
@@ -135,6 +138,7 @@ int run_sim(const SimFlags& f) {
     return 0;
   }
   Table t({"metric", "value"});
+  t.add_row({"device", std::string(sim_backend_name(config->backend))});
   t.add_row({"model", config->geometry.name});
   t.add_row({"L2 codec", codec});
   t.add_row({"requests (rejected)", format_count(r.requests) + " (" + format_count(r.rejected) + ")"});
@@ -162,6 +166,7 @@ Subcommand add_sim_command(CLI::App& parent) {
   auto f = std::make_shared<SimFlags>();
   CLI::App* app = parent.add_subcommand(
       "sim", "Simulate serving a workload through the hierarchical cache (real cache, codecs and bytes; virtual model)");
+  app->add_option("--device", f->device, "Where L1 and the transfer engine run: cpu or cuda")->capture_default_str();
   app->add_option("--model", f->model, "Preset name or config.json path")->capture_default_str();
   app->add_option("--tp", f->tp, "Tensor-parallel ranks")->capture_default_str();
   app->add_option("--page-size", f->page_size, "Tokens per page")->capture_default_str();

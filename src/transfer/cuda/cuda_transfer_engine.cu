@@ -172,7 +172,8 @@ class CudaEngine final : public CudaTransferEngine {
   }
 
   LaunchShape transfer_launch_shape() const override {
-    return {options_.gpu_sms, decode_.warps_per_block * 32};
+    return {options_.gpu_sms, load_blocks(), two_load_streams() ? 2 : 1,
+            std::max(encode_.warps_per_block, decode_.warps_per_block) * 32};
   }
 
   // Blocks of one load kernel; two run at once when the loads use two streams.

@@ -267,8 +267,10 @@ Result<TransferBenchReport> run_transfer_bench(const TransferBenchOptions& optio
     eo.gpu_sms = options.gpu_sms;
     HIQ_ASSIGN_OR_RETURN(std::unique_ptr<CudaTransferEngine> engine, make_cuda_transfer_engine(*l1, *l2, eo));
     const auto launch = engine->transfer_launch_shape();
-    report.transfer_blocks = launch.blocks;
-    report.transfer_threads_per_block = launch.threads_per_block;
+    report.backup_blocks = launch.backup_blocks;
+    report.load_blocks = launch.load_blocks;
+    report.load_streams = launch.load_streams;
+    report.threads_per_block = launch.threads_per_block;
     const RecordLayout layouts[2] = {l2->layout(KvPart::kK), l2->layout(KvPart::kV)};
     HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape encode_shape,
                          cuda::kernel_shape(cuda::Direction::kEncode, layouts, g.rows_per_layer()));

@@ -42,17 +42,35 @@ struct DeviceLayout {
   // it is a power of two ≤ 32, a group's chunks sit on adjacent lanes and its
   // maximum is a few shuffles; otherwise shared-memory atomics.
   int lanes_per_group = 0;
+  // int8/fp8/int4 with head_dim = 32·k, k a power of two ≤ 32 (every model we
+  // know): each lane owns 32 consecutive elements — one int4 group, a k-th of
+  // a head — in registers, and a head's lanes are k adjacent lanes. 0: another path.
+  int lanes_per_head = 0;
   // int4h with head_dim 64, 128 or 256: elements of a head per lane (2, 4, 8),
-  // rotated in registers with shuffles; 0: rotated in shared memory.
+  // rotated in registers with shuffles. (The 32-a-lane path keeps 32 floats a
+  // lane live, which costs int4h half its warps; this one keeps occupancy.)
   int fwht_per_lane = 0;
 };
 
-// Whether the fast (vector) encoder serves `l`; the generic one otherwise.
-__host__ __device__ inline bool fast_encode(const DeviceLayout& l) {
-  return l.vector_rows && (l.codec != CodecKind::kInt4H || l.fwht_per_lane > 0);
+// The ways to encode or decode a row, fastest first.
+enum class RowPath : uint8_t {
+  kRotate,   // int4h, fwht_per_lane > 0: a head at a time, rotated in registers
+  kLanes,    // lanes_per_head > 0 (not int4h): 32 elements a lane, in registers
+  kVector,   // head_dim % 8 == 0: 16-byte chunks through shared memory (not int4h)
+  kGeneric,  // anything: element by element, the row as floats in shared memory
+};
+__host__ __device__ inline RowPath row_path(const DeviceLayout& l) {
+  if (l.codec == CodecKind::kInt4H) return l.fwht_per_lane > 0 ? RowPath::kRotate : RowPath::kGeneric;
+  if (l.codec != CodecKind::kBf16 && l.lanes_per_head > 0) return RowPath::kLanes;
+  if (l.vector_rows && l.codec != CodecKind::kInt4H) return RowPath::kVector;
+  return RowPath::kGeneric;
 }
 
 __host__ __device__ inline size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+// Bytes between two lanes' 64-byte pieces of a decoded row in shared memory:
+// 80, so the 16-byte stores of eight lanes fall in distinct banks.
+inline constexpr size_t kLaneRowStride = 80;
 
 // Shared memory one warp needs: the record, then the work area of
 // `encode`/decode. A multiple of 16, so every warp's area is 16-byte aligned.
@@ -60,9 +78,17 @@ inline size_t warp_scratch_bytes(const DeviceLayout& l, bool encode) {
   const size_t rec = round16(static_cast<size_t>(l.record_bytes));
   const size_t elements = static_cast<size_t>(l.elements), scales = static_cast<size_t>(l.num_scales);
   if (l.codec == CodecKind::kBf16) return rec;
-  if (!encode) return rec + (l.codec == CodecKind::kInt4H && l.fwht_per_lane == 0 ? round16(elements * 4) : 0);
-  if (!fast_encode(l)) return rec + round16(elements * 4);  // the row as floats
-  return rec + round16(elements * 2) + round16(scales * 12);  // the row as bf16; group maxima, scales, reciprocals
+  switch (row_path(l)) {
+    case RowPath::kRotate:  // encode: the row as BF16
+      return rec + (encode ? round16(elements * 2) : 0);
+    case RowPath::kLanes:  // decode: the row as BF16, 64 bytes a lane padded to 80 (no bank conflicts)
+      return rec + (encode ? 0 : round16(elements / 32 * kLaneRowStride));
+    case RowPath::kVector:  // encode: the row as BF16, group maxima, scales, reciprocals
+      return rec + (encode ? round16(elements * 2) + round16(scales * 12) : 0);
+    case RowPath::kGeneric: break;
+  }
+  // The row as floats (decode: int4h's rotation only).
+  return rec + (encode || l.codec == CodecKind::kInt4H ? round16(elements * 4) : 0);
 }
 
 namespace device {
@@ -598,6 +624,145 @@ __device__ void decode_int4h_registers(const DeviceLayout& l, const uint8_t* rec
   }
 }
 
+// ---- 32 elements a lane (head_dim = 32·k, k a power of two ≤ 32) -------------
+//
+// Lane j of a pass owns unit u = 32·pass + j: elements [32u, 32u + 32) of the
+// row, one int4 group (scale u), part of head u / k. A head's k lanes combine
+// maxima with xor shuffles; the row goes through shared memory only on decode,
+// to make its stores coalesced. int8, fp8 and int4 (int4h rotates a head at a
+// time, above: 32 floats a lane would cost it half its warps).
+
+// Largest of `v` over the lanes_per_head lanes of a head (all lanes call it).
+__device__ inline unsigned head_max(unsigned v, int lanes_per_head) {
+  for (int offset = lanes_per_head / 2; offset > 0; offset >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, offset));
+  return v;
+}
+
+template <CodecKind kCodec>
+__device__ void encode_lanes(const DeviceLayout& l, const uint16_t* row, uint8_t* rec, EncodeCounts& counts,
+                             int lane) {
+  static_assert(kCodec == CodecKind::kInt8 || kCodec == CodecKind::kFp8 || kCodec == CodecKind::kInt4);
+  constexpr bool kPerHead = kCodec != CodecKind::kInt4;
+  constexpr float kQmax = kCodec == CodecKind::kInt8 ? 127.0f : kCodec == CodecKind::kFp8 ? 448.0f : 7.0f;
+  const int k = l.lanes_per_head, units = l.elements / 32;
+  for (int pass = 0; pass < units; pass += 32) {
+    const int u = pass + lane;
+    const bool active = u < units;  // units % k == 0: a head's lanes are all active or all idle
+    uint32_t w[16] = {};
+    if (active) {
+      const auto* in = reinterpret_cast<const uint4*>(row) + 4 * u;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint4 c = in[q];
+        w[4 * q] = c.x, w[4 * q + 1] = c.y, w[4 * q + 2] = c.z, w[4 * q + 3] = c.w;
+      }
+    }
+    unsigned m = 0;
+#pragma unroll
+    for (int q = 0; q < 16; ++q) m = max(m, __vmaxu2(m, w[q] & 0x7FFF7FFFu));
+    m = max(m & 0xFFFFu, m >> 16);
+    const unsigned hm = head_max(m, k);
+    const bool finite = hm < 0x7F80u;
+    const bool first_of_head = u % k == 0;
+    if constexpr (kPerHead) {
+      const uint16_t bits = finite ? scale_for(bf16_to_float(static_cast<uint16_t>(hm)), kQmax) : kScaleNan;
+      if (!active) continue;
+      if (first_of_head) {
+        store_scale(rec, l, u / k, bits);
+        counts.nonfinite_heads += !finite;
+      }
+      uint32_t out[8] = {};
+      if (finite) {
+        const float scale = bf16_to_float(bits), reciprocal = __frcp_rn(scale);
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {
+          const float a = bf16_lo(w[q]), b = bf16_hi(w[q]);
+          const uint32_t pair = kCodec == CodecKind::kFp8 ? fp8_codes(a, b, scale, reciprocal)
+                                                          : code_of<kCodec>(a, scale, reciprocal) |
+                                                                (code_of<kCodec>(b, scale, reciprocal) << 8);
+          out[q / 2] |= pair << (16 * (q % 2));
+        }
+      }
+      auto* dst = reinterpret_cast<uint4*>(rec + 32 * u);
+      dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+      dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+    } else {  // int4: the lane's 32 elements are one group
+      uint4 codes = make_uint4(0x88888888u, 0x88888888u, 0x88888888u, 0x88888888u);  // a rejected head
+      uint16_t bits = kScaleNan;
+      if (finite) {
+        bits = scale_for(bf16_to_float(static_cast<uint16_t>(m)), 7.0f);
+        const float scale = bf16_to_float(bits), reciprocal = __frcp_rn(scale);
+        uint32_t out[4] = {};
+#pragma unroll
+        for (int q = 0; q < 16; ++q) {
+          out[q / 4] |= code_of<kCodec>(bf16_lo(w[q]), scale, reciprocal) << (8 * (q % 4));
+          out[q / 4] |= code_of<kCodec>(bf16_hi(w[q]), scale, reciprocal) << (8 * (q % 4) + 4);
+        }
+        codes = make_uint4(out[0], out[1], out[2], out[3]);
+      }
+      if (!active) continue;
+      if (first_of_head) counts.nonfinite_heads += !finite;
+      store_scale(rec, l, u, bits);
+      reinterpret_cast<uint4*>(rec)[u] = codes;
+    }
+  }
+}
+
+// Decodes into `staged` (the row, 64 bytes a unit at a stride of
+// kLaneRowStride) and then copies it to `row` with coalesced 16-byte stores:
+// storing each lane's 64 bytes straight to global memory would leave every
+// store instruction half its sectors.
+template <CodecKind kCodec>
+__device__ void decode_lanes(const DeviceLayout& l, const uint8_t* rec, uint8_t* staged, uint16_t* row, int lane) {
+  static_assert(kCodec == CodecKind::kInt8 || kCodec == CodecKind::kFp8 || kCodec == CodecKind::kInt4);
+  constexpr bool kPerHead = kCodec != CodecKind::kInt4;
+  const int k = l.lanes_per_head, units = l.elements / 32;
+  for (int pass = 0; pass < units; pass += 32) {
+    const int u = pass + lane;
+    if (u >= units) break;
+    const float scale = bf16_to_float(load_scale(rec, l, kPerHead ? u / k : u));
+    float v[32];
+    if constexpr (kPerHead) {
+      const auto* src = reinterpret_cast<const uint4*>(rec + 32 * u);
+      const uint4 c0 = src[0], c1 = src[1];
+      const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        if constexpr (kCodec == CodecKind::kFp8) {
+          const float2 lo = e4m3x2_to_float2(words[q] & 0xFFFFu), hi = e4m3x2_to_float2(words[q] >> 16);
+          v[4 * q] = lo.x, v[4 * q + 1] = lo.y, v[4 * q + 2] = hi.x, v[4 * q + 3] = hi.y;
+        } else {
+#pragma unroll
+          for (int b = 0; b < 4; ++b) v[4 * q + b] = static_cast<float>(static_cast<int8_t>(words[q] >> (8 * b)));
+        }
+      }
+    } else {
+      const uint4 c = reinterpret_cast<const uint4*>(rec)[u];
+      const uint32_t words[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        v[i] = static_cast<float>(static_cast<int>((words[i / 8] >> (4 * (i % 8))) & 0xFu) - 8);
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v[i] = __fmul_rn(v[i], scale);
+    auto* dst = reinterpret_cast<uint4*>(staged + kLaneRowStride * static_cast<size_t>(u));
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      uint32_t out[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = 8 * q + 2 * j;
+        out[j] = pack_bf16_saturate(v[i], v[i + 1]);
+      }
+      dst[q] = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+  }
+  __syncwarp();
+  auto* out = reinterpret_cast<uint4*>(row);
+  for (int j = lane; j < l.elements / 8; j += 32)
+    out[j] = *reinterpret_cast<const uint4*>(staged + kLaneRowStride * static_cast<size_t>(j / 4) + 16 * (j % 4));
+}
+
 // The generic decoder (any shape; int4h rotated in shared memory, `v`).
 template <CodecKind kCodec>
 __device__ void decode_row_generic(const DeviceLayout& l, const std::byte* in, uint16_t* row, uint8_t* rec, float* v,
@@ -673,16 +838,19 @@ __device__ void encode_row(const DeviceLayout& l, const uint16_t* row, std::byte
   if constexpr (kCodec == CodecKind::kBf16) {
     encode_row_generic<kCodec>(l, row, out, rec, reinterpret_cast<float*>(work), counts, lane);
   } else {
-    if (!fast_encode(l)) {
+    const RowPath path = row_path(l);
+    if (path == RowPath::kGeneric) {
       encode_row_generic<kCodec>(l, row, out, rec, reinterpret_cast<float*>(work), counts, lane);
       return;
     }
     if constexpr (kCodec == CodecKind::kInt4H) {
-      switch (l.fwht_per_lane) {
+      switch (l.fwht_per_lane) {  // path kRotate
         case 2: encode_int4h_registers<2>(l, row, rec, work, counts, lane); break;
         case 4: encode_int4h_registers<4>(l, row, rec, work, counts, lane); break;
         default: encode_int4h_registers<8>(l, row, rec, work, counts, lane); break;
       }
+    } else if (path == RowPath::kLanes) {
+      encode_lanes<kCodec>(l, row, rec, counts, lane);
     } else {
       encode_fast<kCodec>(l, row, rec, work, counts, lane);
     }
@@ -698,7 +866,7 @@ template <CodecKind kCodec>
 __device__ void decode_row(const DeviceLayout& l, const std::byte* in, uint16_t* row, uint8_t* rec, uint8_t* work,
                            int lane) {
   if constexpr (kCodec == CodecKind::kInt4H) {
-    if (l.fwht_per_lane > 0) {
+    if (row_path(l) == RowPath::kRotate) {
       warp_copy(rec, in, l.record_bytes, l.vector_records, lane);
       __syncwarp();
       switch (l.fwht_per_lane) {
@@ -706,6 +874,14 @@ __device__ void decode_row(const DeviceLayout& l, const std::byte* in, uint16_t*
         case 4: decode_int4h_registers<4>(l, rec, row, lane); break;
         default: decode_int4h_registers<8>(l, rec, row, lane); break;
       }
+      __syncwarp();
+      return;
+    }
+  } else if constexpr (kCodec != CodecKind::kBf16) {
+    if (row_path(l) == RowPath::kLanes) {
+      warp_copy(rec, in, l.record_bytes, l.vector_records, lane);
+      __syncwarp();
+      decode_lanes<kCodec>(l, rec, work, row, lane);
       __syncwarp();
       return;
     }

@@ -48,6 +48,7 @@ DeviceLayout device_layout(const RecordLayout& r) {
   const bool per_head = r.codec == CodecKind::kInt8 || r.codec == CodecKind::kFp8;
   if (l.vector_rows && (per_head || l.dim % kInt4GroupSize == 0))
     l.lanes_per_group = (per_head ? l.dim : kInt4GroupSize) / 8;
+  if (const int k = l.dim / 32; l.dim % 32 == 0 && k <= 32 && (k & (k - 1)) == 0) l.lanes_per_head = k;
   if (r.codec == CodecKind::kInt4H && (l.dim == 64 || l.dim == 128 || l.dim == 256)) l.fwht_per_lane = l.dim / 32;
   return l;
 }
@@ -119,6 +120,7 @@ size_t scratch_bytes(const RecordLayout& layout, Direction direction) {
 }  // namespace
 
 Result<KernelShape> kernel_shape(Direction direction, const RecordLayout* layouts, int num_layouts) {
+  if (num_layouts < 1) return invalid_argument("kernel_shape: no layouts");
   size_t per_warp = 16;
   for (int i = 0; i < num_layouts; ++i) {
     if (!layouts[i].is_valid()) return invalid_argument("kernel_shape: an invalid record layout");

@@ -24,11 +24,12 @@ python3 - "$TMP" <<'PY'
 import json, sys
 tmp = sys.argv[1]
 r = {m: json.load(open(f"{tmp}/{m}.json")) for m in ("int8", "bf16", "none")}
-keys = ["hit_rate", "hit_rate_device", "hit_rate_host", "l2_capacity_tokens", "l2_bytes_per_token",
+keys = ["device", "hit_rate", "hit_rate_device", "hit_rate_host", "l2_capacity_tokens", "l2_bytes_per_token",
         "restored_tokens", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "wall_seconds"]
 for m, d in r.items():
     missing = [k for k in keys if k not in d]
     assert not missing, f"{m}: missing keys {missing}"
+    assert d["device"] == "cpu", (m, d["device"])
     assert d["requests"] == 32 and d["rejected"] == 0, (m, d["requests"], d["rejected"])
     assert abs(d["hit_rate"] - d["hit_rate_device"] - d["hit_rate_host"]) < 1e-9, m
     assert 0 <= d["ttft_ms_p50"] <= d["ttft_ms_p99"], m
@@ -66,4 +67,32 @@ expect_error "--num-rounds" --dataset-name multi-turn --num-rounds 0
 expect_error "--max-concurrency" --max-concurrency 0
 expect_error "--gsp-num-groups" --gsp-num-groups 0
 expect_error "--hicache-ratio" --hicache-size 0
+expect_error "--device 'bogus' is not one of cpu, cuda" --device bogus
+
+# --device cuda needs the CUDA backend and a GPU. With both, it serves the
+# workload exactly as the CPU backend did above; without, it fails with exit
+# code 1 and the reason: the CUDA runtime's where the backend is built (CI
+# compiles it on a machine without a GPU), ours where it is not.
+gpus="$("$HIQ" devices --json | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["devices"]))')"
+if (( gpus > 0 )); then
+  "$HIQ" sim "${small[@]}" --hicache-codec int8 --hicache-size 0.5GB --device cuda --json >"$TMP/cuda.json" \
+    2>"$TMP/cuda.err" || fail "hiq sim --device cuda exited non-zero on a machine with $gpus GPU(s): $(cat "$TMP/cuda.err")"
+  python3 - "$TMP" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+cpu, gpu = (json.load(open(f"{tmp}/{m}.json")) for m in ("int8", "cuda"))
+assert gpu["device"] == "cuda", gpu["device"]
+differ = {k: (cpu[k], gpu[k]) for k in cpu if k not in ("device", "wall_seconds") and cpu[k] != gpu.get(k)}
+assert not differ, f"--device cuda differs from cpu: {differ}"
+print("ok   --device cuda gives the CPU report, hit rate", round(gpu["hit_rate"], 3))
+PY
+else
+  rc=0
+  "$HIQ" sim "${base[@]}" --device cuda >"$TMP/out" 2>"$TMP/err" || rc=$?
+  (( rc == 1 )) || fail "hiq sim --device cuda without a GPU: exit code $rc, expected 1: $(cat "$TMP/err")"
+  grep -q "^hiq sim: error: --device cuda: " "$TMP/err" || fail "--device cuda: not a hiq error: $(cat "$TMP/err")"
+  grep -qE "no usable CUDA device|this build has no CUDA backend" "$TMP/err" \
+    || fail "--device cuda: stderr lacks the reason: $(cat "$TMP/err")"
+  echo "ok   no GPU: $(cat "$TMP/err")"
+fi
 echo "all sim checks passed"

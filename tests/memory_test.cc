@@ -150,6 +150,88 @@ TEST(DeviceKvPool, RejectsZeroSlots) {
   EXPECT_TRUE(contains(pool.status().message(), "--max-total-tokens"));
 }
 
+// read_rows/write_rows: the only way the simulated model reaches L1, on any backend.
+TEST(DeviceKvPool, ReadRowsGivesBackWhatWriteRowsWroteToTheNamedSlots) {
+  const KvGeometry g = preset("qwen3-0.6b");
+  auto pool = make_host_memory_device_pool(g, 37);
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  DeviceKvPool& p = **pool;
+  const std::vector<SlotId> slots = {5, 0, 36, 17};
+  for (int layer : {0, g.num_layers - 1})
+    for (KvPart part : {KvPart::kK, KvPart::kV}) {
+      const size_t n = p.row_elements(part);
+      std::vector<uint16_t> rows(slots.size() * n);
+      for (size_t i = 0; i < rows.size(); ++i)
+        rows[i] = static_cast<uint16_t>(i * 7 + static_cast<size_t>(layer) * 3 + static_cast<size_t>(part));
+      ASSERT_TRUE(p.write_rows(layer, part, slots, rows.data()).is_ok());
+      // Each row landed in its own slot's place in the plane.
+      for (size_t i = 0; i < slots.size(); ++i)
+        ASSERT_EQ(std::memcmp(p.row(layer, part, slots[i]), rows.data() + i * n, n * 2), 0) << "slot " << slots[i];
+      // Read back in another order, a slot twice, and one never written (zero).
+      const std::vector<SlotId> again = {17, 5, 5, 36, 0, 1};
+      std::vector<uint16_t> out(again.size() * n, 0xFFFF);
+      ASSERT_TRUE(p.read_rows(layer, part, again, out.data()).is_ok());
+      const size_t from[] = {3, 0, 0, 2, 1};  // index in `slots` of again[i]
+      for (size_t i = 0; i < 5; ++i)
+        EXPECT_EQ(std::memcmp(out.data() + i * n, rows.data() + from[i] * n, n * 2), 0) << "row " << i;
+      const std::vector<uint16_t> never_written(out.end() - static_cast<std::ptrdiff_t>(n), out.end());
+      EXPECT_EQ(never_written, std::vector<uint16_t>(n, 0));
+    }
+  // Layer 1 was never written: the writes above touched only their own (layer, part).
+  std::vector<uint16_t> out(p.row_elements(KvPart::kK), 0xFFFF);
+  ASSERT_TRUE(p.read_rows(1, KvPart::kK, std::vector<SlotId>{5}, out.data()).is_ok());
+  EXPECT_EQ(out, std::vector<uint16_t>(out.size(), 0));
+  // No slots, no work, no error.
+  EXPECT_TRUE(p.read_rows(0, KvPart::kK, {}, nullptr).is_ok());
+  EXPECT_TRUE(p.write_rows(0, KvPart::kK, {}, nullptr).is_ok());
+}
+
+TEST(DeviceKvPool, RowsOfABadLayerOrSlotAreRefusedAndNothingIsCopied) {
+  const KvGeometry g = preset("qwen3-0.6b");
+  auto pool = make_host_memory_device_pool(g, 37);
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  DeviceKvPool& p = **pool;
+  const size_t n = p.row_elements(KvPart::kK);
+  const std::vector<uint16_t> rows(3 * n, 0x3F80);
+  std::vector<uint16_t> out(3 * n, 0xFFFF);
+  const std::vector<SlotId> good = {0, 1, 2}, bad_slot = {0, 37, 2};
+  for (int layer : {-1, g.num_layers}) {
+    const Status read = p.read_rows(layer, KvPart::kK, good, out.data());
+    EXPECT_EQ(read.code(), StatusCode::kOutOfRange) << read.to_string();
+    EXPECT_TRUE(contains(read.message(), "layer " + std::to_string(layer))) << read.message();
+    EXPECT_EQ(p.write_rows(layer, KvPart::kV, good, rows.data()).code(), StatusCode::kOutOfRange);
+  }
+  const Status read = p.read_rows(0, KvPart::kK, bad_slot, out.data());
+  EXPECT_EQ(read.code(), StatusCode::kOutOfRange) << read.to_string();
+  EXPECT_TRUE(contains(read.message(), "slot 37")) << read.message();
+  EXPECT_EQ(out, std::vector<uint16_t>(3 * n, 0xFFFF));  // not even the good slot before it
+  const Status write = p.write_rows(0, KvPart::kK, bad_slot, rows.data());
+  EXPECT_EQ(write.code(), StatusCode::kOutOfRange) << write.to_string();
+  ASSERT_TRUE(p.read_rows(0, KvPart::kK, good, out.data()).is_ok());
+  EXPECT_EQ(out, std::vector<uint16_t>(3 * n, 0));  // slot 0 was not written either
+}
+
+TEST(DeviceKvPool, MlaPoolHasKRowsAndNoVRows) {
+  const KvGeometry g = preset("deepseek-v2-lite");
+  auto pool = make_host_memory_device_pool(g, 8);
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  DeviceKvPool& p = **pool;
+  const std::vector<SlotId> slots = {3, 6};
+  const size_t n = p.row_elements(KvPart::kK);
+  ASSERT_GT(n, 0u);
+  EXPECT_EQ(p.row_elements(KvPart::kV), 0u);
+  std::vector<uint16_t> rows(2 * n);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint16_t>(i + 1);
+  ASSERT_TRUE(p.write_rows(g.num_layers - 1, KvPart::kK, slots, rows.data()).is_ok());
+  std::vector<uint16_t> out(2 * n);
+  ASSERT_TRUE(p.read_rows(g.num_layers - 1, KvPart::kK, slots, out.data()).is_ok());
+  EXPECT_EQ(out, rows);
+  const Status read_v = p.read_rows(0, KvPart::kV, slots, out.data());
+  EXPECT_EQ(read_v.code(), StatusCode::kInvalidArgument) << read_v.to_string();
+  EXPECT_TRUE(contains(read_v.message(), "no V")) << read_v.message();
+  EXPECT_EQ(p.write_rows(0, KvPart::kV, slots, rows.data()).code(), StatusCode::kInvalidArgument);
+}
+
 // ---- HostKvPool -----------------------------------------------------------------------
 
 TEST(HostKvPool, CapacityComesFromEncodedBytes) {

@@ -3,6 +3,7 @@
 // checking every cached token it reads.
 #include <gtest/gtest.h>
 
+#include "cuda/device.h"
 #include "engine/simulation.h"
 #include "kv/model_config.h"
 
@@ -163,6 +164,139 @@ TEST(Simulation, SameFlagsGiveTheSameReport) {
   EXPECT_EQ(a->restored_tokens, b->restored_tokens);
   EXPECT_EQ(a->l1_evicted_tokens, b->l1_evicted_tokens);
   EXPECT_EQ(a->ttft_mean, b->ttft_mean);
+  EXPECT_EQ(a->virtual_seconds, b->virtual_seconds);
+}
+
+}  // namespace
+}  // namespace hiq
+
+namespace hiq {
+namespace {
+
+// SimRunner alone, on an L1 pool without L2: a prefill writes every row of a
+// sequence, and the tests corrupt chosen rows through write_rows.
+struct RunnerFixture {
+  explicit RunnerFixture(const std::string& config_json, size_t tokens) {
+    geometry = *geometry_from_config_json(config_json, "runner");
+    l1 = *make_host_memory_device_pool(geometry, tokens + 1);
+    for (size_t i = 0; i < tokens + 1; ++i) {
+      sequence.push_back(static_cast<TokenId>(i * 31 % 997));
+      slots.push_back(static_cast<SlotId>(i));
+    }
+  }
+  // The first `n` tokens, all computed (first_new 0) or read back (first_new n).
+  ForwardItem prefill(size_t n, size_t first_new) const {
+    ForwardItem item;
+    item.tokens = std::span(sequence).first(n);
+    item.slots = std::span(slots).first(n);
+    item.first_new = first_new;
+    return item;
+  }
+  // Overwrites row index `row` (layer row / 2, K or V) of `slot` with zeros.
+  void corrupt(SlotId slot, int row) {
+    const auto part = static_cast<KvPart>(row % geometry.rows_per_layer());
+    const std::vector<uint16_t> zeros(l1->row_elements(part), 0);
+    ASSERT_TRUE(l1->write_rows(row / geometry.rows_per_layer(), part, std::span(&slot, 1), zeros.data()).is_ok());
+  }
+  KvGeometry geometry;
+  std::unique_ptr<DeviceKvPool> l1;
+  std::vector<TokenId> sequence;
+  std::vector<SlotId> slots;
+};
+
+constexpr const char* kFourLayers =
+    R"({"model_type": "qwen3", "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 32})";
+
+// A decode step checks one row index per context token by default (index 0
+// on the first step): a wrong V row of layer 2 goes unseen on that step, and
+// verify_every_decode_row catches it.
+TEST(SimRunner, VerifyEveryDecodeRowCatchesARowTheRotatingCheckSkips) {
+  for (bool every_row : {false, true}) {
+    SCOPED_TRACE(every_row ? "every row" : "rotating");
+    RunnerFixture f(kFourLayers, 10);
+    SimRunnerOptions options;
+    options.verify_every_decode_row = every_row;
+    SimRunner runner(*f.l1, nullptr, nullptr, options);
+    const ForwardItem prefill = f.prefill(10, 0);
+    ASSERT_TRUE(runner.forward(std::span(&prefill, 1)).is_ok());
+    f.corrupt(f.slots[3], 5);  // layer 2 V
+    ForwardItem decode = f.prefill(11, 10);
+    decode.decode = true;
+    auto step = runner.forward(std::span(&decode, 1));
+    if (!every_row) {
+      ASSERT_TRUE(step.is_ok()) << step.status().to_string();
+      EXPECT_EQ(runner.stats().verified_rows, 10u);  // one row of each context token
+      continue;
+    }
+    ASSERT_FALSE(step.is_ok());
+    EXPECT_EQ(step.status().code(), StatusCode::kInternal);
+    EXPECT_EQ(step.status().message(), "simulated model read wrong KV: token 3 in slot 3, layer 2 V");
+    EXPECT_EQ(runner.stats().verified_rows, 3u * 8 + 6);  // tokens 0..2 whole, token 3 up to its wrong row
+  }
+}
+
+// Rows are read in batches of many tokens per (layer, part), yet the error
+// names the first wrong row in token order, as a token-by-token scan would —
+// across batch boundaries too (2 KiB rows: several batches of tokens here).
+TEST(SimRunner, PrefillNamesTheFirstWrongRowInTokenOrder) {
+  RunnerFixture f(R"({"model_type": "qwen3", "num_hidden_layers": 3, "num_attention_heads": 8,
+                      "num_key_value_heads": 8, "head_dim": 128})",
+                  1500);
+  SimRunner runner(*f.l1, nullptr, nullptr);
+  const ForwardItem compute = f.prefill(1500, 0);
+  ASSERT_TRUE(runner.forward(std::span(&compute, 1)).is_ok());
+  EXPECT_EQ(runner.stats().computed_tokens, 1500u);
+  const ForwardItem read = f.prefill(1500, 1499);
+  ASSERT_TRUE(runner.forward(std::span(&read, 1)).is_ok());
+  EXPECT_EQ(runner.stats().verified_tokens, 1499u);
+  EXPECT_EQ(runner.stats().verified_rows, 1499u * 6);
+  // Batches of 512 tokens: [0, 512), [512, 1024), [1024, 1499).
+  f.corrupt(f.slots[1200], 0);  // a later batch
+  f.corrupt(f.slots[1000], 3);  // the batch of the first error, an earlier row
+  f.corrupt(f.slots[700], 5);   // an earlier token: this one is named,
+  f.corrupt(f.slots[700], 4);   // and of its rows, the first
+  auto failed = runner.forward(std::span(&read, 1));
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_EQ(failed.status().message(), "simulated model read wrong KV: token 700 in slot 700, layer 2 K");
+  EXPECT_EQ(runner.stats().verified_tokens, 1499u + 700);
+  EXPECT_EQ(runner.stats().verified_rows, 1499u * 6 + 700 * 6 + 5);
+}
+
+// Without a GPU (or without the CUDA backend in this build) a CUDA simulation
+// is refused with a reason, not a crash. (With a GPU, gpu_simulation_test.cc
+// checks that it makes exactly the CPU backend's decisions.)
+TEST(Simulation, CudaBackendWithoutAGpuFailsWithAReason) {
+  if (auto gpus = cuda::query_gpus(); gpus.is_ok() && !gpus->empty())
+    GTEST_SKIP() << "a GPU is present: gpu_simulation_test.cc runs the CUDA backend";
+  for (bool hicache : {true, false}) {
+    SCOPED_TRACE(hicache ? "L1 and L2" : "L1 only");
+    SimulationConfig c = small_config(CodecKind::kInt8, hicache);
+    c.backend = SimBackend::kCuda;
+    c.verify_every_read = true;
+    auto report = run_simulation(c, small_workload());
+    ASSERT_FALSE(report.is_ok());
+    EXPECT_EQ(report.status().code(), StatusCode::kUnavailable) << report.status().to_string();
+    EXPECT_NE(report.status().message().find("--device cuda"), std::string::npos) << report.status().message();
+  }
+}
+
+TEST(Simulation, BackendNamesRoundTrip) {
+  for (SimBackend b : {SimBackend::kCpu, SimBackend::kCuda}) EXPECT_EQ(*parse_sim_backend(sim_backend_name(b)), b);
+  const auto bogus = parse_sim_backend("bogus");
+  EXPECT_EQ(bogus.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bogus.status().message().find("cpu, cuda"), std::string::npos);
+}
+
+// verify_every_read changes what is checked, not what happens.
+TEST(Simulation, VerifyEveryReadGivesTheSameReport) {
+  SimulationConfig c = small_config(CodecKind::kInt8, true);
+  auto a = run_simulation(c, small_workload());
+  c.verify_every_read = true;
+  auto b = run_simulation(c, small_workload());
+  ASSERT_TRUE(a.is_ok() && b.is_ok()) << a.status().to_string() << b.status().to_string();
+  EXPECT_EQ(a->cached_l2_tokens, b->cached_l2_tokens);
+  EXPECT_EQ(a->verified_tokens, b->verified_tokens);
   EXPECT_EQ(a->virtual_seconds, b->virtual_seconds);
 }
 

@@ -20,13 +20,15 @@ uint64_t mix(uint64_t x) {  // splitmix64's finaliser
 
 }  // namespace
 
-SimRunner::SimRunner(DeviceKvPool& l1, const HostKvPool* l2, TransferEngine* engine, SimCostModel cost, int vocab_size)
+SimRunner::SimRunner(DeviceKvPool& l1, const HostKvPool* l2, TransferEngine* engine, SimRunnerOptions options)
     : l1_(l1),
       l2_(l2),
       engine_(engine),
-      cost_(cost),
-      vocab_size_(vocab_size),
+      options_(options),
       rows_per_token_(l1.geometry().num_layers * l1.geometry().rows_per_layer()) {
+  const size_t row_bytes = std::max(l1.row_elements(KvPart::kK), l1.row_elements(KvPart::kV)) * 2;
+  chunk_tokens_ = std::max<size_t>(1, kChunkBytes / std::max<size_t>(1, row_bytes));
+  rows_.resize(chunk_tokens_ * row_bytes / 2);
   const int parts = l1.geometry().rows_per_layer();
   uint64_t x = 0x243F6A8885A308D3ull;
   for (int r = 0; r < rows_per_token_; ++r) {
@@ -80,20 +82,58 @@ const uint16_t* SimRunner::restored(int row_index, size_t p) const {
   return restored_[static_cast<size_t>(row_index)].data() + p * l1_.row_elements(part);
 }
 
-Status SimRunner::verify(uint64_t hash, SlotId slot, int first_row, int last_row, size_t position) {
+Status SimRunner::verify(std::span<const SlotId> slots, std::span<const uint64_t> hashes, int first_row,
+                         int last_row, bool count_tokens) {
   const int parts = l1_.geometry().rows_per_layer();
-  for (int r = first_row; r < last_row; ++r) {
-    const int layer = r / parts;
-    const auto part = static_cast<KvPart>(r % parts);
-    const size_t bytes = l1_.row_elements(part) * 2;
-    const uint16_t* actual = l1_.row(layer, part, slot);
-    const size_t p = pattern(hash, r);
-    ++stats_.verified_rows;
-    if (std::memcmp(actual, exact(r, p), bytes) == 0) continue;
-    if (l2_ && std::memcmp(actual, restored(r, p), bytes) == 0) continue;
-    return internal_error("simulated model read wrong KV: token " + std::to_string(position) + " in slot " +
-                          std::to_string(slot) + ", layer " + std::to_string(layer) +
-                          (part == KvPart::kK ? " K" : " V"));
+  const auto rows_checked = static_cast<uint64_t>(last_row - first_row);
+  for (size_t begin = 0; begin < slots.size(); begin += chunk_tokens_) {
+    const size_t n = std::min(chunk_tokens_, slots.size() - begin);
+    const std::span<const SlotId> chunk = slots.subspan(begin, n);
+    // Row index by row index (one read per (layer, part)), keeping the first
+    // wrong row in (token, row) order: the error a token-by-token scan gives.
+    size_t bad_token = n;
+    int bad_row = last_row;
+    for (int r = first_row; r < last_row && bad_token > 0; ++r) {
+      const int layer = r / parts;
+      const auto part = static_cast<KvPart>(r % parts);
+      const size_t elements = l1_.row_elements(part);
+      HIQ_RETURN_IF_ERROR(l1_.read_rows(layer, part, chunk, rows_.data()));
+      // Tokens past the first wrong one so far are no longer of interest.
+      for (size_t i = 0; i < bad_token; ++i) {
+        const uint16_t* actual = rows_.data() + i * elements;
+        const size_t p = pattern(hashes[begin + i], r);
+        if (std::memcmp(actual, exact(r, p), elements * 2) == 0) continue;
+        if (l2_ && std::memcmp(actual, restored(r, p), elements * 2) == 0) continue;
+        bad_token = i;
+        bad_row = r;
+        break;
+      }
+    }
+    if (bad_token < n) {
+      stats_.verified_rows += bad_token * rows_checked + static_cast<uint64_t>(bad_row - first_row + 1);
+      if (count_tokens) stats_.verified_tokens += bad_token;
+      const auto part = static_cast<KvPart>(bad_row % parts);
+      return internal_error("simulated model read wrong KV: token " + std::to_string(begin + bad_token) +
+                            " in slot " + std::to_string(chunk[bad_token]) + ", layer " +
+                            std::to_string(bad_row / parts) + (part == KvPart::kK ? " K" : " V"));
+    }
+    stats_.verified_rows += n * rows_checked;
+    if (count_tokens) stats_.verified_tokens += n;
+  }
+  return Status::ok();
+}
+
+Status SimRunner::write(std::span<const SlotId> slots, std::span<const uint64_t> hashes) {
+  const int parts = l1_.geometry().rows_per_layer();
+  for (size_t begin = 0; begin < slots.size(); begin += chunk_tokens_) {
+    const size_t n = std::min(chunk_tokens_, slots.size() - begin);
+    for (int r = 0; r < rows_per_token_; ++r) {
+      const auto part = static_cast<KvPart>(r % parts);
+      const size_t elements = l1_.row_elements(part);
+      for (size_t i = 0; i < n; ++i)
+        std::memcpy(rows_.data() + i * elements, exact(r, pattern(hashes[begin + i], r)), elements * 2);
+      HIQ_RETURN_IF_ERROR(l1_.write_rows(r / parts, part, slots.subspan(begin, n), rows_.data()));
+    }
   }
   return Status::ok();
 }
@@ -116,36 +156,32 @@ Result<std::vector<TokenId>> SimRunner::forward(std::span<const ForwardItem> bat
       restored_bf16_bytes += restored * g.l1_bytes_per_token();
     }
     // Cached tokens read by attention are checked: a prefill checks every
-    // row; a decode step one row per token, rotating through the rows.
+    // row; a decode step one row per token, rotating through the rows (or
+    // every row, when asked).
     const bool decode_step = item.decode;
-    const int first_row = decode_step ? static_cast<int>(decode_steps_ % static_cast<uint64_t>(rows_per_token_)) : 0;
-    const int last_row = decode_step ? first_row + 1 : rows_per_token_;
+    const bool rotate = decode_step && !options_.verify_every_decode_row;
+    const int first_row = rotate ? static_cast<int>(decode_steps_ % static_cast<uint64_t>(rows_per_token_)) : 0;
+    const int last_row = rotate ? first_row + 1 : rows_per_token_;
+    hashes_.resize(item.tokens.size());
     uint64_t h = kHashSeed;  // the prefix hash, extended token by token
-    for (size_t p = 0; p < item.first_new; ++p) {
-      h = extend_hash(h, item.tokens[p]);
-      HIQ_RETURN_IF_ERROR(verify(h, item.slots[p], first_row, last_row, p));
-      if (!decode_step) ++stats_.verified_tokens;
-    }
+    for (size_t p = 0; p < item.tokens.size(); ++p) hashes_[p] = h = extend_hash(h, item.tokens[p]);
+    const std::span<const uint64_t> hashes(hashes_);
+    HIQ_RETURN_IF_ERROR(
+        verify(item.slots.first(item.first_new), hashes.first(item.first_new), first_row, last_row, !decode_step));
     // The "model" computes the new tokens' KV.
-    const int parts = g.rows_per_layer();
-    for (size_t p = item.first_new; p < item.tokens.size(); ++p) {
-      h = extend_hash(h, item.tokens[p]);
-      for (int r = 0; r < rows_per_token_; ++r) {
-        const auto part = static_cast<KvPart>(r % parts);
-        std::memcpy(l1_.row(r / parts, part, item.slots[p]), exact(r, pattern(h, r)), l1_.row_elements(part) * 2);
-      }
-    }
+    HIQ_RETURN_IF_ERROR(write(item.slots.subspan(item.first_new), hashes.subspan(item.first_new)));
     const size_t computed = item.tokens.size() - item.first_new;
     new_tokens += computed;
     prefill |= !item.decode;
     stats_.computed_tokens += computed;
-    next.push_back(static_cast<TokenId>(mix(h) % static_cast<uint64_t>(vocab_size_)));
+    next.push_back(static_cast<TokenId>(mix(h) % static_cast<uint64_t>(options_.vocab_size)));
   }
   if (!prefill) ++decode_steps_;
   // Virtual time: compute and restore overlap layer by layer.
-  const double compute = prefill ? static_cast<double>(new_tokens) / cost_.prefill_tokens_per_s : cost_.decode_step_s;
-  const double restore = static_cast<double>(restored_bytes) / cost_.pcie_bytes_per_s +
-                         static_cast<double>(restored_bf16_bytes) / cost_.codec_bytes_per_s;
+  const SimCostModel& cost = options_.cost;
+  const double compute = prefill ? static_cast<double>(new_tokens) / cost.prefill_tokens_per_s : cost.decode_step_s;
+  const double restore = static_cast<double>(restored_bytes) / cost.pcie_bytes_per_s +
+                         static_cast<double>(restored_bf16_bytes) / cost.codec_bytes_per_s;
   const double layers = static_cast<double>(g.num_layers);
   clock_ += std::max(compute, restore) + std::min(compute, restore) / layers;
   stats_.compute_seconds += compute;

@@ -13,15 +13,24 @@
 // expected row, or — for KV restored from L2 — with the codec's exact round
 // trip of it. A decode step reads its whole context again; it compares one
 // (layer, part) row of every context token, a different one each step, so a
-// request's decode steps together cover the rows. A mismatch fails the forward
-// pass loudly.
+// request's decode steps together cover the rows (or every row, with
+// SimRunnerOptions::verify_every_decode_row). A mismatch fails the forward pass
+// loudly.
+//
+// L1 is reached only through DeviceKvPool::read_rows/write_rows, never through
+// plane pointers, so the same runner drives a pool in GPU memory. A call costs
+// a device synchronisation there, so rows move in batches: per (layer, part),
+// one call for a chunk of tokens (kChunkBytes of rows), never one per row.
 //
 // Time is virtual: a forward pass costs its prefill tokens at
 // `prefill_tokens_per_s` (or one decode step), and a restore costs its bytes
 // over PCIe plus the codec; the two overlap layer by layer.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "engine/model_runner.h"
 #include "memory/device_kv_pool.h"
@@ -39,6 +48,15 @@ struct SimCostModel {
   double codec_bytes_per_s = 380e9;     // GPU decode speed, BF16 bytes produced
 };
 
+struct SimRunnerOptions {
+  SimCostModel cost;
+  int vocab_size = 151936;  // next tokens are drawn below this
+  // A decode step checks every row of every context token, not one rotating
+  // row index: for GPU tests, where every read must be checked. It makes a
+  // decode step read its whole context, rows_per_token times the default.
+  bool verify_every_decode_row = false;
+};
+
 struct SimRunnerStats {
   uint64_t forward_calls = 0;
   uint64_t computed_tokens = 0;   // KV rows written by the "model"
@@ -51,8 +69,7 @@ struct SimRunnerStats {
 class SimRunner final : public ModelRunner {
  public:
   // `l2` may be null (no host tier): then no slot can hold restored KV.
-  SimRunner(DeviceKvPool& l1, const HostKvPool* l2, TransferEngine* engine, SimCostModel cost = {},
-            int vocab_size = 151936);
+  SimRunner(DeviceKvPool& l1, const HostKvPool* l2, TransferEngine* engine, SimRunnerOptions options = {});
 
   Result<std::vector<TokenId>> forward(std::span<const ForwardItem> batch) override;
   double now() const override { return clock_; }
@@ -64,23 +81,35 @@ class SimRunner final : public ModelRunner {
 
  private:
   static constexpr int kPatterns = 64;  // rows per (layer, part) pool
+  // Rows moved per read_rows/write_rows call, at most: large enough to make a
+  // device call's synchronisation cheap per row, small enough that a host
+  // pool's copy is still in the CPU's caches when it is compared (256 KiB to
+  // 4 MiB ran equally fast in full-size `hiq sim`).
+  static constexpr size_t kChunkBytes = size_t{1} << 20;
   size_t pattern(uint64_t hash, int row_index) const;
   const uint16_t* exact(int row_index, size_t pattern) const;
   const uint16_t* restored(int row_index, size_t pattern) const;
-  // Compares the rows [first_row, last_row) of (layer, part) index space.
-  Status verify(uint64_t hash, SlotId slot, int first_row, int last_row, size_t position);
+  // Checks the rows [first_row, last_row) of row index space of the tokens in
+  // `slots` (token i has prefix hash hashes[i]); counts a token as verified
+  // when `count_tokens`. The error names the first wrong row in token order.
+  Status verify(std::span<const SlotId> slots, std::span<const uint64_t> hashes, int first_row, int last_row,
+                bool count_tokens);
+  // Writes every row of the tokens in `slots` (prefix hashes `hashes`).
+  Status write(std::span<const SlotId> slots, std::span<const uint64_t> hashes);
 
   DeviceKvPool& l1_;
   const HostKvPool* l2_;
   TransferEngine* engine_;
-  SimCostModel cost_;
-  int vocab_size_;
+  SimRunnerOptions options_;
   double clock_ = 0;
   SimRunnerStats stats_;
   int rows_per_token_;                 // layers × parts; row r is (layer r / parts, part r % parts)
   std::vector<std::vector<uint16_t>> exact_;     // per row index: kPatterns rows back to back
   std::vector<std::vector<uint16_t>> restored_;  // the same, through the L2 codec (empty without L2)
   uint64_t decode_steps_ = 0;
+  size_t chunk_tokens_;                // tokens per read_rows/write_rows call
+  std::vector<uint64_t> hashes_;       // scratch: prefix hashes of one item's tokens
+  std::vector<uint16_t> rows_;         // scratch: chunk_tokens_ rows of one (layer, part)
 };
 
 }  // namespace hiq

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
+
+#include "memory/cuda_device_kv_pool.h"
+#include "transfer/cuda_transfer_engine.h"
 
 namespace hiq {
 namespace {
@@ -15,7 +19,39 @@ double percentile(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
+// L1 of the configured backend; a CUDA failure names the flag that asked for it.
+Result<std::unique_ptr<DeviceKvPool>> make_l1(const SimulationConfig& config) {
+  if (config.backend == SimBackend::kCpu) return make_host_memory_device_pool(config.geometry, config.max_total_tokens);
+  auto pool = make_cuda_device_kv_pool(config.geometry, config.max_total_tokens);
+  if (!pool) return pool.status().with_context("--device cuda");
+  return pool;
+}
+
+Result<std::unique_ptr<TransferEngine>> make_engine(const SimulationConfig& config, DeviceKvPool& l1, HostKvPool& l2) {
+  TransferEngineOptions options;
+  options.workers = config.transfer_workers;
+  options.before_layer = config.transfer_fault;
+  if (config.backend == SimBackend::kCpu) return make_cpu_transfer_engine(l1, l2, options);
+  auto engine = make_cuda_transfer_engine(l1, l2, options);
+  if (!engine) return engine.status().with_context("--device cuda");
+  return std::unique_ptr<TransferEngine>(std::move(*engine));
+}
+
 }  // namespace
+
+std::string_view sim_backend_name(SimBackend backend) {
+  switch (backend) {
+    case SimBackend::kCpu: return "cpu";
+    case SimBackend::kCuda: return "cuda";
+  }
+  return "unknown";
+}
+
+Result<SimBackend> parse_sim_backend(std::string_view name) {
+  for (SimBackend b : {SimBackend::kCpu, SimBackend::kCuda})
+    if (name == sim_backend_name(b)) return b;
+  return invalid_argument("--device '" + std::string(name) + "' is not one of cpu, cuda");
+}
 
 Result<SimulationReport> run_simulation(const SimulationConfig& config, std::vector<Request> requests,
                                         const std::function<void(size_t, size_t)>& progress) {
@@ -27,18 +63,17 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
                                         const std::function<void(size_t, size_t)>& progress) {
   const auto wall_start = std::chrono::steady_clock::now();
   if (config.max_concurrency == 0) return invalid_argument("--max-concurrency must be positive");
-  HIQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> l1,
-                       make_host_memory_device_pool(config.geometry, config.max_total_tokens));
+  HIQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> l1, make_l1(config));
   std::unique_ptr<HostKvPool> l2;
   std::unique_ptr<TransferEngine> engine;
   if (config.hicache) {
     HIQ_ASSIGN_OR_RETURN(l2, HostKvPool::create(config.geometry, config.host, config.max_total_tokens));
-    TransferEngineOptions eo;
-    eo.workers = config.transfer_workers;
-    eo.before_layer = config.transfer_fault;
-    HIQ_ASSIGN_OR_RETURN(engine, make_cpu_transfer_engine(*l1, *l2, eo));
+    HIQ_ASSIGN_OR_RETURN(engine, make_engine(config, *l1, *l2));
   }
-  SimRunner runner(*l1, l2.get(), engine.get(), config.cost);
+  SimRunnerOptions ro;
+  ro.cost = config.cost;
+  ro.verify_every_decode_row = config.verify_every_read;
+  SimRunner runner(*l1, l2.get(), engine.get(), ro);
   SimulationReport report;
   std::vector<double> ttfts;
   {

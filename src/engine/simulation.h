@@ -4,9 +4,15 @@
 // at once, and each finished request lets its client send the next. Transfers
 // settle at the end of the step that issued them, so a run is deterministic:
 // the same flags give the same report.
+//
+// Two backends: L1 in host memory with the CPU transfer engine, or L1 in GPU
+// memory with the CUDA transfer engine (the codec then runs on the GPU). The
+// simulated model reaches L1 only through read_rows/write_rows, so both run
+// the same checks; the virtual clock does not depend on the backend.
 #pragma once
 
 #include <functional>
+#include <string_view>
 #include <vector>
 
 #include "cache/radix_cache.h"
@@ -17,7 +23,16 @@
 
 namespace hiq {
 
+// Where L1 lives and which transfer engine moves KV between the tiers.
+enum class SimBackend : uint8_t {
+  kCpu,   // L1 in host memory, the CPU transfer engine
+  kCuda,  // L1 in GPU memory, the CUDA transfer engine (kUnavailable without a GPU or the CUDA backend)
+};
+std::string_view sim_backend_name(SimBackend backend);  // "cpu", "cuda": the names of --device
+Result<SimBackend> parse_sim_backend(std::string_view name);
+
 struct SimulationConfig {
+  SimBackend backend = SimBackend::kCpu;  // --device
   KvGeometry geometry;
   size_t max_total_tokens = 16384;  // --max-total-tokens: L1 slots
   bool hicache = true;              // false: --no-hicache, an L1-only cache
@@ -26,7 +41,10 @@ struct SimulationConfig {
   SchedulerOptions scheduler;
   SimCostModel cost;
   size_t max_concurrency = 8;       // --max-concurrency
-  int transfer_workers = 2;
+  int transfer_workers = 2;         // CPU engine threads
+  // Every decode step checks every row it reads, not one row index per step
+  // (SimRunnerOptions::verify_every_decode_row): for GPU tests.
+  bool verify_every_read = false;
   // Test hook handed to the transfer engine (fault injection); null normally.
   std::function<Status(Ticket, TransferKind, int layer)> transfer_fault;
 };
@@ -48,7 +66,8 @@ struct SimulationReport {
 
 // Runs the requests to completion. `progress(done, total)` is called as
 // requests finish (may be null). Errors: a configuration that cannot be built
-// (the pools' messages), or a self-check failure of the simulated model.
+// (the pools' and engines' messages: kUnavailable for kCuda without a GPU or
+// the CUDA backend), or a self-check failure of the simulated model.
 Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestSource& source,
                                         const std::function<void(size_t, size_t)>& progress = nullptr);
 // The same for a fixed list of requests, sent in order.

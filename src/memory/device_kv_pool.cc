@@ -60,11 +60,16 @@ class HostMemoryDevicePool final : public DeviceKvPool {
 
 }  // namespace
 
-Result<std::unique_ptr<DeviceKvPool>> make_host_memory_device_pool(const KvGeometry& geometry, size_t num_slots) {
+Status check_device_pool_request(const KvGeometry& geometry, size_t num_slots) {
   HIQ_RETURN_IF_ERROR(geometry.validate());
   if (num_slots == 0) return invalid_argument("--max-total-tokens must be positive");
   if (num_slots > std::numeric_limits<SlotId>::max())
     return out_of_range("--max-total-tokens " + std::to_string(num_slots) + " exceeds 2^32-1 slots");
+  return Status::ok();
+}
+
+Result<std::unique_ptr<DeviceKvPool>> make_host_memory_device_pool(const KvGeometry& geometry, size_t num_slots) {
+  HIQ_RETURN_IF_ERROR(check_device_pool_request(geometry, num_slots));
   const size_t bytes = num_slots * geometry.l1_bytes_per_token();
   HIQ_ASSIGN_OR_RETURN(MappedRegion memory, MappedRegion::reserve(bytes, /*populate=*/true));
   return std::unique_ptr<DeviceKvPool>(new HostMemoryDevicePool(geometry, num_slots, std::move(memory)));

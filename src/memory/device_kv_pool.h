@@ -62,6 +62,10 @@ class DeviceKvPool {
   SlotAllocator allocator_;
 };
 
+// The checks every L1 pool factory makes: a valid geometry, and from 1 to
+// 2^32-1 slots (--max-total-tokens).
+Status check_device_pool_request(const KvGeometry& geometry, size_t num_slots);
+
 // An L1 pool in host memory (--max-total-tokens slots). kInvalidArgument for a
 // bad geometry or zero slots; kResourceExhausted when the memory is not there.
 Result<std::unique_ptr<DeviceKvPool>> make_host_memory_device_pool(const KvGeometry& geometry, size_t num_slots);

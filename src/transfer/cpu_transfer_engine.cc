@@ -21,6 +21,27 @@ std::string_view transfer_kind_name(TransferKind kind) {
   return kind == TransferKind::kBackup ? "backup" : "load";
 }
 
+Status check_transfer_slots(TransferKind kind, std::span<const SlotId> src, size_t src_slots,
+                            std::span<const SlotId> dst, size_t dst_slots) {
+    const std::string what(transfer_kind_name(kind));
+    if (src.size() != dst.size())
+      return invalid_argument(what + ": " + std::to_string(src.size()) + " source slots but " +
+                              std::to_string(dst.size()) + " destination slots");
+    for (SlotId s : src)
+      if (s >= src_slots) return out_of_range(what + ": source slot " + std::to_string(s) + " beyond the pool");
+    for (SlotId s : dst)
+      if (s >= dst_slots) return out_of_range(what + ": destination slot " + std::to_string(s) + " beyond the pool");
+  return Status::ok();
+}
+
+Status check_pools_match(const DeviceKvPool& l1, const HostKvPool& l2) {
+  const KvGeometry &a = l1.geometry(), &b = l2.geometry();
+  if (a.num_layers == b.num_layers && a.row_shape(KvPart::kK) == b.row_shape(KvPart::kK) &&
+      a.row_shape(KvPart::kV) == b.row_shape(KvPart::kV))
+    return Status::ok();
+  return invalid_argument("L1 and L2 pools have different KV geometries");
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -115,14 +136,8 @@ class CpuTransferEngine final : public TransferEngine {
  private:
   Result<Ticket> submit(TransferKind kind, std::span<const SlotId> src, size_t src_slots, std::span<const SlotId> dst,
                         size_t dst_slots) {
+    HIQ_RETURN_IF_ERROR(check_transfer_slots(kind, src, src_slots, dst, dst_slots));
     const std::string what(transfer_kind_name(kind));
-    if (src.size() != dst.size())
-      return invalid_argument(what + ": " + std::to_string(src.size()) + " source slots but " +
-                              std::to_string(dst.size()) + " destination slots");
-    for (SlotId s : src)
-      if (s >= src_slots) return out_of_range(what + ": source slot " + std::to_string(s) + " beyond the pool");
-    for (SlotId s : dst)
-      if (s >= dst_slots) return out_of_range(what + ": destination slot " + std::to_string(s) + " beyond the pool");
 
     auto op = std::make_shared<Operation>();
     op->kind = kind;
@@ -245,10 +260,7 @@ class CpuTransferEngine final : public TransferEngine {
 Result<std::unique_ptr<TransferEngine>> make_cpu_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
                                                                  TransferEngineOptions options) {
   if (!l1.host_accessible()) return invalid_argument("the CPU transfer engine needs an L1 pool in host memory");
-  if (!(l1.geometry().num_layers == l2.geometry().num_layers &&
-        l1.geometry().row_shape(KvPart::kK) == l2.geometry().row_shape(KvPart::kK) &&
-        l1.geometry().row_shape(KvPart::kV) == l2.geometry().row_shape(KvPart::kV)))
-    return invalid_argument("L1 and L2 pools have different KV geometries");
+  HIQ_RETURN_IF_ERROR(check_pools_match(l1, l2));
   if (options.workers < 1) return invalid_argument("the transfer engine needs at least one worker");
   if (options.max_inflight < 1) return invalid_argument("max_inflight must be at least 1");
   if (!codec_impl_supported(options.codec_impl))

@@ -97,6 +97,13 @@ class TransferEngine {
   virtual TransferStats stats() const = 0;
 };
 
+// The checks every engine makes. At submission: equal lengths, every slot
+// inside its pool (kInvalidArgument, kOutOfRange). At creation: L1 and L2 of
+// the same KV geometry.
+Status check_transfer_slots(TransferKind kind, std::span<const SlotId> src, size_t src_slots,
+                            std::span<const SlotId> dst, size_t dst_slots);
+Status check_pools_match(const DeviceKvPool& l1, const HostKvPool& l2);
+
 // The CPU engine: L1 must be host-accessible. Both pools must outlive it.
 Result<std::unique_ptr<TransferEngine>> make_cpu_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
                                                                  TransferEngineOptions options = {});

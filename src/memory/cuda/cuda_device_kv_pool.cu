@@ -1,7 +1,6 @@
 // The L1 pool in GPU memory. read_rows/write_rows move whole rows between the
 // pool and host arrays with the bf16 row kernel (a gather or scatter of BF16
 // rows is exactly a bf16 "encode" or "decode" with 2-byte alignment).
-#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -84,10 +83,7 @@ class CudaDeviceKvPool final : public DeviceKvPool {
 }  // namespace
 
 Result<std::unique_ptr<DeviceKvPool>> make_cuda_device_kv_pool(const KvGeometry& geometry, size_t num_slots) {
-  HIQ_RETURN_IF_ERROR(geometry.validate());
-  if (num_slots == 0) return invalid_argument("--max-total-tokens must be positive");
-  if (num_slots > std::numeric_limits<SlotId>::max())
-    return out_of_range("--max-total-tokens " + std::to_string(num_slots) + " exceeds 2^32-1 slots");
+  HIQ_RETURN_IF_ERROR(check_device_pool_request(geometry, num_slots));
   HIQ_RETURN_IF_ERROR(cuda::require_gpu());
   const size_t bytes = num_slots * geometry.l1_bytes_per_token();
   HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory memory, cuda::device_alloc(bytes, "L1 KV pool"));

@@ -192,14 +192,8 @@ class CudaEngine final : public CudaTransferEngine {
 
   Result<Ticket> submit(TransferKind kind, std::span<const SlotId> src, size_t src_slots, std::span<const SlotId> dst,
                         size_t dst_slots) {
+    HIQ_RETURN_IF_ERROR(check_transfer_slots(kind, src, src_slots, dst, dst_slots));
     const std::string what(transfer_kind_name(kind));
-    if (src.size() != dst.size())
-      return invalid_argument(what + ": " + std::to_string(src.size()) + " source slots but " +
-                              std::to_string(dst.size()) + " destination slots");
-    for (SlotId s : src)
-      if (s >= src_slots) return out_of_range(what + ": source slot " + std::to_string(s) + " beyond the pool");
-    for (SlotId s : dst)
-      if (s >= dst_slots) return out_of_range(what + ": destination slot " + std::to_string(s) + " beyond the pool");
     if (src.size() > UINT32_MAX / 2) return out_of_range(what + ": too many slots in one operation");
 
     std::lock_guard submit_lock(submit_mu_);
@@ -384,10 +378,7 @@ class CudaEngine final : public CudaTransferEngine {
 
 Result<std::unique_ptr<CudaTransferEngine>> make_cuda_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
                                                                       TransferEngineOptions options) {
-  if (!(l1.geometry().num_layers == l2.geometry().num_layers &&
-        l1.geometry().row_shape(KvPart::kK) == l2.geometry().row_shape(KvPart::kK) &&
-        l1.geometry().row_shape(KvPart::kV) == l2.geometry().row_shape(KvPart::kV)))
-    return invalid_argument("L1 and L2 pools have different KV geometries");
+  HIQ_RETURN_IF_ERROR(check_pools_match(l1, l2));
   if (options.max_inflight < 1) return invalid_argument("max_inflight must be at least 1");
   if (options.gpu_sms < 1) return invalid_argument("gpu_sms must be at least 1");
   HIQ_RETURN_IF_ERROR(cuda::require_gpu());

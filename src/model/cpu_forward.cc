@@ -54,6 +54,7 @@ Status check_weights(const ModelShape& s, const CpuModelWeights& w) {
     HIQ_RETURN_IF_ERROR(check_vector(l.q_norm, s.head_dim, p + "q_norm", s.qk_norm));
     HIQ_RETURN_IF_ERROR(check_vector(l.k_norm, s.head_dim, p + "k_norm", s.qk_norm));
     HIQ_RETURN_IF_ERROR(check_matrix(l.o_proj, hidden, q_out, p + "o_proj"));
+    HIQ_RETURN_IF_ERROR(check_vector(l.o_bias, hidden, p + "o_proj.bias", false));
     HIQ_RETURN_IF_ERROR(check_vector(l.post_attention_norm, hidden, p + "post_attention_layernorm", true));
     HIQ_RETURN_IF_ERROR(check_matrix(l.gate_proj, s.intermediate_size, hidden, p + "gate_proj"));
     HIQ_RETURN_IF_ERROR(check_matrix(l.up_proj, s.intermediate_size, hidden, p + "up_proj"));
@@ -130,7 +131,7 @@ Result<std::vector<float>> cpu_forward(const ModelShape& s, const CpuModelWeight
     cpu::attention(q.data(), n_new, keys.data(), values.data(), static_cast<int64_t>(n), s.num_heads, s.num_kv_heads,
                    s.head_dim, static_cast<int64_t>(first_new), scale, attn.data());
     store(attn);
-    cpu::matmul(attn.data(), n_new, l.o_proj, no_bias, o.data());
+    cpu::matmul(attn.data(), n_new, l.o_proj, l.o_bias, o.data());
     store(o);
     for (size_t i = 0; i < h.size(); ++i) h[i] += o[i];
     store(h);

@@ -45,6 +45,7 @@ struct LayerWeights {
   cpu::VectorView q_bias, k_bias, v_bias;     // [out] (Qwen2, attention_bias); else absent
   cpu::VectorView q_norm, k_norm;             // [head_dim] (Qwen3); else absent
   cpu::MatrixView o_proj;                     // [hidden][heads·head_dim]
+  cpu::VectorView o_bias;                     // [hidden] (attention_bias on some Llama-shaped models); else absent
   cpu::VectorView post_attention_norm;        // [hidden]
   cpu::MatrixView gate_proj, up_proj;         // [intermediate][hidden]
   cpu::MatrixView down_proj;                  // [hidden][intermediate]

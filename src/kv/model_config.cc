@@ -3,10 +3,10 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "kv/config_reader.h"
 
 namespace hiq {
 namespace {
@@ -42,47 +42,6 @@ constexpr std::array<Preset, 9> kPresets{{
       "num_attention_heads": 128, "num_key_value_heads": 128, "kv_lora_rank": 512,
       "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "torch_dtype": "bfloat16"})"},
 }};
-
-// Reads fields of one config object; every error names the source and field.
-class ConfigReader {
- public:
-  ConfigReader(const json& config, std::string_view source) : config_(config), source_(source) {}
-
-  Status error(std::string_view field, std::string_view problem) const {
-    return invalid_argument(source_ + ": field '" + std::string(field) + "' " + std::string(problem));
-  }
-
-  bool has(std::string_view field) const {
-    auto it = config_.find(field);
-    return it != config_.end() && !it->is_null();
-  }
-
-  Result<int> positive_int(std::string_view field) const {
-    auto it = config_.find(field);
-    if (it == config_.end() || it->is_null()) return error(field, "is missing");
-    if (!it->is_number_integer() && !it->is_number_unsigned())
-      return error(field, "must be an integer (got " + it->dump() + ")");
-    const auto v = it->get<int64_t>();
-    if (v <= 0 || v > (1 << 24)) return error(field, "must be a positive integer of at most 2^24 (got " + it->dump() + ")");
-    return static_cast<int>(v);
-  }
-
-  Result<int> optional_positive_int(std::string_view field, int fallback) const {
-    if (!has(field)) return fallback;
-    return positive_int(field);
-  }
-
-  Result<std::string> string(std::string_view field) const {
-    auto it = config_.find(field);
-    if (it == config_.end() || it->is_null()) return error(field, "is missing");
-    if (!it->is_string()) return error(field, "must be a string (got " + it->dump() + ")");
-    return it->get<std::string>();
-  }
-
- private:
-  const json& config_;
-  std::string source_;
-};
 
 bool is_mla_model(std::string_view model_type) {
   return model_type == "deepseek_v2" || model_type == "deepseek_v3";
@@ -186,28 +145,14 @@ Result<KvGeometry> geometry_from_config_json(std::string_view json_text, std::st
 }
 
 Result<KvGeometry> geometry_from_config_file(const std::string& path, const GeometryOptions& options) {
-  namespace fs = std::filesystem;
-  fs::path file(path);
-  std::error_code ec;
-  if (fs::is_directory(file, ec)) {
-    file /= "config.json";
-    if (!fs::exists(file, ec)) return not_found(path + ": a directory without config.json");
+  auto file = read_config_file(path);
+  if (!file.is_ok()) {
+    // `--model` takes a preset name too: say so when nothing of that name exists.
+    if (file.status().code() == StatusCode::kNotFound && file.status().message().ends_with(": no such file"))
+      return not_found(file.status().message() + " (nor a model preset)");
+    return file.status();
   }
-  const fs::file_status status = fs::status(file, ec);
-  if (ec || !fs::exists(status)) return not_found(file.string() + ": no such file (nor a model preset)");
-  if (fs::is_directory(status)) return invalid_argument(file.string() + ": is a directory, not a config.json file");
-  if (!fs::is_regular_file(status)) return invalid_argument(file.string() + ": is not a regular file");
-  constexpr uintmax_t kMaxConfigBytes = 16u << 20;  // real configs are a few KB
-  const uintmax_t size = fs::file_size(file, ec);
-  if (ec) return data_loss(file.string() + ": cannot read its size: " + ec.message());
-  if (size > kMaxConfigBytes)
-    return invalid_argument(file.string() + ": " + std::to_string(size) + " bytes is too large for a config.json");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return not_found(file.string() + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return data_loss(file.string() + ": read failed");
-  return geometry_from_config_json(text.str(), file.string(), options);
+  return geometry_from_config_json(file->text, file->path, options);
 }
 
 std::vector<std::string_view> model_preset_names() {

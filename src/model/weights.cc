@@ -1,0 +1,153 @@
+#include "model/weights.h"
+
+#include <set>
+#include <string_view>
+
+#include "model/strict_json.h"
+
+namespace hiq {
+namespace {
+
+std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// "a, b, c" — or the first eight and how many more: one message stays readable
+// when a whole family of tensors is wrong (e.g. every layer's q_norm).
+std::string list_of(const std::vector<std::string>& items) {
+  constexpr size_t kShown = 8;
+  std::string out;
+  for (size_t i = 0; i < items.size() && i < kShown; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > kShown) out += " and " + std::to_string(items.size() - kShown) + " more";
+  return out;
+}
+
+// Buffers transformers keeps in some old checkpoints and recomputes on load.
+bool is_ignored_buffer(std::string_view name) { return name.ends_with("rotary_emb.inv_freq"); }
+
+// Every dtype we load is accepted for every tensor: the forward pass converts
+// on read. The one switch over dtypes, so a new dtype must be decided here.
+bool dtype_is_loadable(TensorDtype dtype) {
+  switch (dtype) {
+    case TensorDtype::kBf16:
+    case TensorDtype::kF16:
+    case TensorDtype::kF32:
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
+  const int64_t hidden = c.hidden_size, inter = c.intermediate_size, vocab = c.vocab_size;
+  const int64_t q = c.q_width(), kv = c.kv_width(), head = c.head_dim;
+  std::vector<TensorSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", {vocab, hidden}});
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    const std::string p = layer_prefix(layer);
+    specs.push_back({p + "input_layernorm.weight", {hidden}});
+    specs.push_back({p + "self_attn.q_proj.weight", {q, hidden}});
+    specs.push_back({p + "self_attn.k_proj.weight", {kv, hidden}});
+    specs.push_back({p + "self_attn.v_proj.weight", {kv, hidden}});
+    if (c.qkv_bias) {
+      specs.push_back({p + "self_attn.q_proj.bias", {q}});
+      specs.push_back({p + "self_attn.k_proj.bias", {kv}});
+      specs.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    if (c.qk_norm) {
+      specs.push_back({p + "self_attn.q_norm.weight", {head}});
+      specs.push_back({p + "self_attn.k_norm.weight", {head}});
+    }
+    specs.push_back({p + "self_attn.o_proj.weight", {hidden, q}});
+    if (c.o_bias) specs.push_back({p + "self_attn.o_proj.bias", {hidden}});
+    specs.push_back({p + "post_attention_layernorm.weight", {hidden}});
+    specs.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
+    specs.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
+    specs.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
+  }
+  specs.push_back({"model.norm.weight", {hidden}});
+  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {vocab, hidden}});
+  return specs;
+}
+
+Result<ModelWeights> bind_weights(const ModelConfig& config, const Checkpoint& checkpoint) {
+  const std::vector<TensorSpec> specs = expected_tensors(config);
+  const std::string where = checkpoint.directory() + " (for " + config.source + ")";
+
+  std::vector<std::string> missing;
+  for (const TensorSpec& spec : specs)
+    if (checkpoint.find(spec.name) == nullptr) missing.push_back(spec.name);
+  if (!missing.empty()) {
+    std::string hint;
+    if (missing.size() == 1 && missing[0] == "lm_head.weight")
+      hint = " (config.json says tie_word_embeddings is false)";
+    return not_found(where + ": " + std::to_string(missing.size()) + " tensor(s) the " +
+                     std::string(model_architecture_name(config.architecture)) +
+                     " architecture needs are missing: " + list_of(missing) + hint);
+  }
+
+  std::set<std::string, std::less<>> expected;
+  for (const TensorSpec& spec : specs) expected.insert(spec.name);
+  std::vector<std::string> extra;
+  for (const std::string& name : checkpoint.names())
+    if (!expected.contains(name) && !is_ignored_buffer(name))
+      extra.push_back(quote_for_message(name) + " in " + checkpoint.find(name)->file);
+  if (!extra.empty()) {
+    std::string hint;
+    if (config.tie_word_embeddings && checkpoint.find("lm_head.weight") != nullptr)
+      hint = " (config.json ties lm_head to the embeddings)";
+    return invalid_argument(where + ": " + std::to_string(extra.size()) + " tensor(s) the " +
+                            std::string(model_architecture_name(config.architecture)) +
+                            " architecture does not use: " + list_of(extra) + hint);
+  }
+
+  std::vector<std::string> wrong;
+  for (const TensorSpec& spec : specs) {
+    const TensorView& view = *checkpoint.find(spec.name);
+    if (view.shape != spec.shape)
+      wrong.push_back(view.file + ": '" + spec.name + "' has shape " + shape_text(view.shape) + ", expected " +
+                      shape_text(spec.shape));
+    else if (!dtype_is_loadable(view.dtype))
+      wrong.push_back(view.file + ": '" + spec.name + "' has dtype " + std::string(tensor_dtype_name(view.dtype)));
+  }
+  if (!wrong.empty()) return invalid_argument(where + ": " + list_of(wrong));
+
+  const auto get = [&](const std::string& name) { return *checkpoint.find(name); };
+  const auto get_if = [&](bool present, const std::string& name) -> std::optional<TensorView> {
+    if (!present) return std::nullopt;
+    return get(name);
+  };
+  ModelWeights w;
+  w.embed_tokens = get("model.embed_tokens.weight");
+  w.layers.reserve(static_cast<size_t>(config.num_layers));
+  for (int layer = 0; layer < config.num_layers; ++layer) {
+    const std::string p = layer_prefix(layer);
+    ModelWeights::Layer l;
+    l.input_layernorm = get(p + "input_layernorm.weight");
+    l.q_proj = get(p + "self_attn.q_proj.weight");
+    l.k_proj = get(p + "self_attn.k_proj.weight");
+    l.v_proj = get(p + "self_attn.v_proj.weight");
+    l.q_proj_bias = get_if(config.qkv_bias, p + "self_attn.q_proj.bias");
+    l.k_proj_bias = get_if(config.qkv_bias, p + "self_attn.k_proj.bias");
+    l.v_proj_bias = get_if(config.qkv_bias, p + "self_attn.v_proj.bias");
+    l.q_norm = get_if(config.qk_norm, p + "self_attn.q_norm.weight");
+    l.k_norm = get_if(config.qk_norm, p + "self_attn.k_norm.weight");
+    l.o_proj = get(p + "self_attn.o_proj.weight");
+    l.o_proj_bias = get_if(config.o_bias, p + "self_attn.o_proj.bias");
+    l.post_attention_layernorm = get(p + "post_attention_layernorm.weight");
+    l.gate_proj = get(p + "mlp.gate_proj.weight");
+    l.up_proj = get(p + "mlp.up_proj.weight");
+    l.down_proj = get(p + "mlp.down_proj.weight");
+    w.layers.push_back(std::move(l));
+  }
+  w.final_norm = get("model.norm.weight");
+  w.lm_head = config.tie_word_embeddings ? w.embed_tokens : get("lm_head.weight");
+  return w;
+}
+
+}  // namespace hiq

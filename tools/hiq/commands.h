@@ -20,6 +20,7 @@ Subcommand add_layout_command(CLI::App& parent);
 Subcommand add_devices_command(CLI::App& parent);
 Subcommand add_sim_command(CLI::App& parent);
 Subcommand add_bench_command(CLI::App& parent);
+Subcommand add_generate_command(CLI::App& parent);
 
 // Prints "hiq <command>: error: <message>" to stderr and returns exit code 1.
 int report_error(const std::string& command, const Status& status);

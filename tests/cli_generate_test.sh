@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# `hiq generate` run as a user would, on a tiny random Qwen3 checkpoint that
+# this script writes (pure Python: config.json + model.safetensors, F32):
+# greedy ids and top-K log-probabilities in the documented JSON shape, the same
+# answer twice, and clear errors for bad input.
+#
+# Usage: HIQ=/path/to/hiq tests/cli_generate_test.sh
+set -euo pipefail
+
+: "${HIQ:?set HIQ to the path of the hiq binary}"
+command -v python3 >/dev/null || { echo "FAIL: python3 is needed" >&2; exit 1; }
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/hiq_cli_generate_test.XXXXXX")"
+trap 'rm -rf -- "$TMP"' EXIT
+
+checks=0
+pass() { checks=$((checks + 1)); echo "ok   $*"; }
+fail() {
+  echo "FAIL $*" >&2
+  exit 1
+}
+
+python3 - "$TMP/model" <<'PY'
+import json, os, random, struct, sys
+out = sys.argv[1]
+os.makedirs(out)
+V, H, I, L, NH, NKV, D = 61, 32, 48, 2, 4, 2, 8
+cfg = {"model_type": "qwen3", "vocab_size": V, "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
+       "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": D, "rms_norm_eps": 1e-6,
+       "rope_theta": 10000.0, "max_position_embeddings": 256, "tie_word_embeddings": True}
+json.dump(cfg, open(os.path.join(out, "config.json"), "w"))
+rng = random.Random(7)
+shapes = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H]}
+for l in range(L):
+    p = f"model.layers.{l}."
+    shapes.update({p + "input_layernorm.weight": [H], p + "post_attention_layernorm.weight": [H],
+                   p + "self_attn.q_proj.weight": [NH * D, H], p + "self_attn.k_proj.weight": [NKV * D, H],
+                   p + "self_attn.v_proj.weight": [NKV * D, H], p + "self_attn.o_proj.weight": [H, NH * D],
+                   p + "self_attn.q_norm.weight": [D], p + "self_attn.k_norm.weight": [D],
+                   p + "mlp.gate_proj.weight": [I, H], p + "mlp.up_proj.weight": [I, H],
+                   p + "mlp.down_proj.weight": [H, I]})
+header, blob = {}, bytearray()
+for name, shape in shapes.items():
+    n = 1
+    for s in shape: n *= s
+    values = [1.0 + rng.gauss(0, 0.1) for _ in range(n)] if len(shape) == 1 else \
+             [rng.gauss(0, 1.0 / shape[1] ** 0.5) for _ in range(n)]
+    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + 4 * n]}
+    blob += struct.pack(f"<{n}f", *values)
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+with open(os.path.join(out, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(text)) + text + blob)
+PY
+pass "wrote a tiny qwen3 checkpoint"
+
+"$HIQ" generate --model "$TMP/model" --prompt-ids 1,2,3,40 --max-new-tokens 5 --logprobs 3 --json >"$TMP/a.json" \
+  2>"$TMP/err" || fail "hiq generate exited non-zero: $(cat "$TMP/err")"
+python3 - "$TMP/a.json" <<'PY' || fail "hiq generate --json is not the documented shape: $(cat "$TMP/a.json")"
+import json, sys
+out = json.load(open(sys.argv[1]))
+ids, lps = out["output_ids"], out["logprobs"]
+assert len(ids) == 5 and all(isinstance(i, int) and 0 <= i < 61 for i in ids), ids
+assert len(lps) == 5 and all(len(step) == 3 for step in lps), lps
+for token, step in zip(ids, lps):
+    values = [lp for _, lp in step]
+    assert all(v <= 0 for v in values) and values == sorted(values, reverse=True), step
+    assert step[0][0] == token, (token, step)  # greedy: the most likely token
+PY
+pass "greedy ids and top-3 log-probabilities, most likely first, the chosen token on top"
+"$HIQ" generate --model "$TMP/model" --prompt-ids 1,2,3,40 --max-new-tokens 5 --logprobs 3 --json >"$TMP/b.json" 2>/dev/null
+cmp -s "$TMP/a.json" "$TMP/b.json" || fail "two runs gave different answers"
+pass "the same answer twice"
+"$HIQ" generate --model "$TMP/model" --prompt-ids 9 --max-new-tokens 2 >"$TMP/table" 2>/dev/null ||
+  fail "the table output failed"
+grep -q "step" "$TMP/table" || fail "no table: $(cat "$TMP/table")"
+pass "table output"
+
+# expect_error "substring" ARGS...: exits 1 with the substring on stderr.
+expect_error() {
+  local want="$1"; shift
+  local rc=0
+  "$HIQ" generate "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 1 ]] || fail "hiq generate $* exited $rc, expected 1"
+  grep -qF -- "$want" "$TMP/err" || fail "hiq generate $*: stderr lacks '$want': $(cat "$TMP/err")"
+  pass "hiq generate $* → $want"
+}
+expect_error "config.json" --model "$TMP/nowhere" --prompt-ids 1
+expect_error "--prompt-ids: 'x'" --model "$TMP/model" --prompt-ids 1,x
+expect_error "outside the vocabulary" --model "$TMP/model" --prompt-ids 1,61
+expect_error "tokenizer" --model "$TMP/model" --prompt "hello"
+expect_error "CUDA forward pass is not built yet" --model "$TMP/model" --prompt-ids 1 --device cuda
+expect_error "--max-new-tokens must be positive" --model "$TMP/model" --prompt-ids 1 --max-new-tokens 0
+
+echo "$checks checks passed"

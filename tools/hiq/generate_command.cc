@@ -1,0 +1,150 @@
+// `hiq generate`: greedy generation from token ids with a Hugging Face model
+// directory, on the CPU backend; the top-K log-probabilities at each step on
+// request.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "model/loaded_model.h"
+#include "tools/hiq/commands.h"
+#include "tools/hiq/table.h"
+
+namespace hiq::cli {
+namespace {
+
+struct GenerateFlags {
+  std::string model;
+  std::string device = "cpu";
+  std::string prompt_ids;
+  std::string prompt;
+  int max_new_tokens = 16;
+  int logprobs = 0;
+  bool json = false;
+};
+
+Result<std::vector<int32_t>> parse_ids(const std::string& list) {
+  std::vector<int32_t> ids;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > INT32_MAX)
+      return invalid_argument("--prompt-ids: '" + item + "' is not a token id");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) return invalid_argument("--prompt-ids needs at least one token id");
+  return ids;
+}
+
+// The top `k` (id, log-probability) pairs of `logits`, most likely first.
+std::vector<std::pair<int, double>> top_logprobs(const std::vector<float>& logits, int k) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l - max));
+  const double log_total = std::log(sum) + max;
+  std::vector<int> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto n = std::min<size_t>(static_cast<size_t>(k), order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+                    [&](int a, int b) { return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]; });
+  std::vector<std::pair<int, double>> out;
+  for (size_t i = 0; i < n; ++i) out.push_back({order[i], logits[static_cast<size_t>(order[i])] - log_total});
+  return out;
+}
+
+int run_generate(const GenerateFlags& f) {
+  if (!f.prompt.empty())
+    return report_error("generate", unavailable("text prompts need a tokenizer, which this build does not have "
+                                                  "yet; give token ids with --prompt-ids"));
+  if (f.device == "cuda")
+    return report_error("generate", unavailable("the CUDA forward pass is not built yet; use --device cpu"));
+  if (f.device != "cpu") return report_error("generate", invalid_argument("--device must be cpu or cuda"));
+  if (f.max_new_tokens < 1) return report_error("generate", invalid_argument("--max-new-tokens must be positive"));
+  if (f.logprobs < 0) return report_error("generate", invalid_argument("--logprobs must not be negative"));
+  auto prompt = parse_ids(f.prompt_ids);
+  if (!prompt) return report_error("generate", prompt.status());
+  auto model = LoadedModel::load(f.model);
+  if (!model) return report_error("generate", model.status());
+  const LoadedModel& m = **model;
+  for (int32_t id : *prompt)
+    if (id >= m.shape().vocab_size)
+      return report_error("generate", out_of_range("--prompt-ids: token " + std::to_string(id) +
+                                                   " is outside the vocabulary of " +
+                                                   std::to_string(m.shape().vocab_size)));
+
+  const size_t total = prompt->size() + static_cast<size_t>(f.max_new_tokens);
+  auto l1 = make_host_memory_device_pool(m.config().kv_geometry(), total);
+  if (!l1) return report_error("generate", l1.status());
+  std::vector<SlotId> slots(total);
+  std::iota(slots.begin(), slots.end(), 0u);
+
+  std::vector<int32_t> tokens = *prompt;
+  std::vector<int32_t> output;
+  std::vector<std::vector<std::pair<int, double>>> logprobs;
+  size_t first_new = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int step = 0; step < f.max_new_tokens; ++step) {
+    auto logits = cpu_forward(m.shape(), m.weights(), **l1, tokens, std::span(slots).first(tokens.size()), first_new);
+    if (!logits) return report_error("generate", logits.status());
+    const auto next = static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+    if (f.logprobs > 0) logprobs.push_back(top_logprobs(*logits, f.logprobs));
+    output.push_back(next);
+    first_new = tokens.size();
+    tokens.push_back(next);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "hiq generate: %zu prompt + %d new tokens in %.2f s\n", prompt->size(), f.max_new_tokens,
+               seconds);
+
+  if (f.json) {
+    nlohmann::json out = {{"output_ids", output}};
+    if (f.logprobs > 0) {
+      nlohmann::json steps = nlohmann::json::array();
+      for (const auto& step : logprobs) {
+        nlohmann::json pairs = nlohmann::json::array();
+        for (const auto& [id, lp] : step) pairs.push_back({id, lp});
+        steps.push_back(pairs);
+      }
+      out["logprobs"] = steps;
+    }
+    std::cout << out.dump() << '\n';
+    return 0;
+  }
+  Table t(f.logprobs > 0 ? std::vector<std::string>{"step", "token", "top log-probabilities"}
+                         : std::vector<std::string>{"step", "token"});
+  for (size_t i = 0; i < output.size(); ++i) {
+    std::vector<std::string> row = {std::to_string(i), std::to_string(output[i])};
+    if (f.logprobs > 0) {
+      std::string cell;
+      for (const auto& [id, lp] : logprobs[i]) cell += (cell.empty() ? "" : "  ") + std::to_string(id) + ":" + format_fixed(lp, 3);
+      row.push_back(cell);
+    }
+    t.add_row(row);
+  }
+  t.print(std::cout);
+  return 0;
+}
+
+}  // namespace
+
+Subcommand add_generate_command(CLI::App& parent) {
+  auto f = std::make_shared<GenerateFlags>();
+  CLI::App* app = parent.add_subcommand("generate", "Greedy generation with a Hugging Face model directory");
+  app->add_option("--model", f->model, "Model directory (config.json and *.safetensors)")->required();
+  app->add_option("--device", f->device, "cpu (cuda: not yet)")->capture_default_str();
+  app->add_option("--prompt-ids", f->prompt_ids, "Comma-separated prompt token ids");
+  app->add_option("--prompt", f->prompt, "Text prompt (needs a tokenizer: not yet)");
+  app->add_option("--max-new-tokens", f->max_new_tokens, "Tokens to generate")->capture_default_str();
+  app->add_option("--logprobs", f->logprobs, "Top-K log-probabilities at each step")->capture_default_str();
+  app->add_flag("--json", f->json, "Print JSON: {\"output_ids\": [...], \"logprobs\": [[[id, logprob], ...], ...]}");
+  return {app, [f] { return run_generate(*f); }};
+}
+
+}  // namespace hiq::cli

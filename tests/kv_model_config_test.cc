@@ -1,5 +1,6 @@
 // Tests of kv/model_config.h and kv/geometry.h: KV geometries from presets and
 // from Hugging Face config.json text and files, and the errors for bad input.
+#include "expect_error.h"
 #include "kv/model_config.h"
 
 #include <chrono>
@@ -18,19 +19,8 @@
 namespace hiq {
 namespace {
 
-bool contains(const std::string& haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-// Expects `r` to have failed with `code` and a message holding every one of `needles`.
-template <typename T>
-void expect_error(const Result<T>& r, StatusCode code, std::initializer_list<std::string_view> needles) {
-  ASSERT_FALSE(r.is_ok()) << "expected an error holding '" << *needles.begin() << "'";
-  EXPECT_EQ(r.status().code(), code) << r.status().to_string();
-  for (std::string_view needle : needles)
-    EXPECT_TRUE(contains(r.status().message(), needle))
-        << "message lacks '" << needle << "': " << r.status().message();
-}
+using testing::contains;
+using testing::expect_error;
 
 Result<KvGeometry> preset(const std::string& name, int tp = 1) {
   GeometryOptions options;

@@ -3,6 +3,7 @@
 // feature we refuse, the KV geometry (checked against the kv module's parser),
 // the tensors each architecture expects, and binding tiny checkpoints written
 // by tests/safetensors_writer.h.
+#include "expect_error.h"
 #include "model/model_config.h"
 
 #include <cstring>
@@ -28,17 +29,8 @@ using nlohmann::json;
 using testing::TempDir;
 using testing::WriterTensor;
 
-bool contains(const std::string& haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-template <typename T>
-void expect_error(const Result<T>& r, StatusCode code, std::initializer_list<std::string_view> needles) {
-  ASSERT_FALSE(r.is_ok()) << "expected an error holding '" << *needles.begin() << "'";
-  EXPECT_EQ(r.status().code(), code) << r.status().to_string();
-  for (std::string_view needle : needles)
-    EXPECT_TRUE(contains(r.status().message(), needle)) << "message lacks '" << needle << "': " << r.status().message();
-}
+using testing::contains;
+using testing::expect_error;
 
 void expect_config_error(std::string_view text, std::initializer_list<std::string_view> needles) {
   expect_error(model_config_from_json(text, "test/config.json"), StatusCode::kInvalidArgument, needles);

@@ -2,6 +2,7 @@
 // dtype, every way a header can be malformed or lie, truncated files, sharded
 // checkpoints and their index errors, and the fuzzing corpus (so CI replays it
 // without libFuzzer).
+#include "expect_error.h"
 #include "model/safetensors.h"
 
 #include <algorithm>
@@ -29,18 +30,8 @@ using testing::safetensors_file_bytes;
 using testing::TempDir;
 using testing::WriterTensor;
 
-bool contains(const std::string& haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string::npos;
-}
-
-// Expects `r` to have failed with `code` and a message holding every one of `needles`.
-template <typename T>
-void expect_error(const Result<T>& r, StatusCode code, std::initializer_list<std::string_view> needles) {
-  ASSERT_FALSE(r.is_ok()) << "expected an error holding '" << *needles.begin() << "'";
-  EXPECT_EQ(r.status().code(), code) << r.status().to_string();
-  for (std::string_view needle : needles)
-    EXPECT_TRUE(contains(r.status().message(), needle)) << "message lacks '" << needle << "': " << r.status().message();
-}
+using testing::contains;
+using testing::expect_error;
 
 std::vector<std::byte> zeros(size_t n) { return std::vector<std::byte>(n); }
 

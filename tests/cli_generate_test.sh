@@ -88,7 +88,19 @@ expect_error "config.json" --model "$TMP/nowhere" --prompt-ids 1
 expect_error "--prompt-ids: 'x'" --model "$TMP/model" --prompt-ids 1,x
 expect_error "outside the vocabulary" --model "$TMP/model" --prompt-ids 1,61
 expect_error "tokenizer" --model "$TMP/model" --prompt "hello"
-expect_error "CUDA forward pass is not built yet" --model "$TMP/model" --prompt-ids 1 --device cuda
+expect_error "--device must be cpu or cuda" --model "$TMP/model" --prompt-ids 1 --device tpu
+
+# The CUDA backend: where there is a GPU it gives the CPU backend's greedy ids
+# on a committed checkpoint; elsewhere a clear error.
+MODEL="$(cd "$(dirname "$0")" && pwd)/data/models/tiny-qwen3"
+if "$HIQ" devices | grep -q "^no GPU"; then
+  expect_error "CUDA" --model "$MODEL" --prompt-ids 1 --device cuda
+else
+  cpu="$("$HIQ" generate --model "$MODEL" --prompt-ids 1,17,33,250 --max-new-tokens 8 --json 2>/dev/null)"
+  gpu="$("$HIQ" generate --model "$MODEL" --prompt-ids 1,17,33,250 --max-new-tokens 8 --json --device cuda 2>/dev/null)"
+  [[ "$cpu" == "$gpu" ]] || fail "cpu and cuda backends disagree: $cpu vs $gpu"
+  pass "the cuda backend gives the cpu backend's greedy ids"
+fi
 expect_error "--max-new-tokens must be positive" --model "$TMP/model" --prompt-ids 1 --max-new-tokens 0
 
 echo "$checks checks passed"

@@ -210,22 +210,39 @@ TEST_P(ModelReference, TheLogitsOfEveryPositionMatchTransformers) {
 }
 
 // Decoding as the server does it: each step computes one token, its prefix's
-// KV read back from L1.
+// KV read back from L1. Up to the first step where the two disagree, both
+// decoded the same context; a disagreement there is legitimate only at a
+// near tie (kNearTie) of our logits between our token and transformers', and
+// the sequences cannot be compared past it.
 TEST_P(ModelReference, GreedyTokensAreTransformers) {
   for (size_t p = 0; p < ref_.prompts.size(); ++p) {
+    const std::vector<int32_t>& want = ref_.greedy[p];
     std::vector<int32_t> tokens = ref_.prompts[p];
-    const size_t prompt_length = tokens.size();
     auto l1 = pool();
     size_t first_new = 0;
-    while (tokens.size() - prompt_length < kGreedySteps) {
+    for (size_t step = 0; step < want.size(); ++step) {
       const auto logits = forward(*l1, tokens, first_new, /*all=*/false);
       ASSERT_EQ(logits.size(), vocab());
+      const int32_t ours = argmax(logits);
+      if (ours != want[step]) {
+        double rms = 0;
+        for (float x : logits) rms += static_cast<double>(x) * x;
+        const double margin = kNearTie * std::sqrt(rms / static_cast<double>(vocab()));
+        const double gap = logits[static_cast<size_t>(ours)] - logits[static_cast<size_t>(want[step])];
+        EXPECT_LT(gap, margin) << GetParam() << " prompt " << p << " step " << step << ": ours " << ours
+                               << ", transformers " << want[step] << ", not a near tie";
+        std::printf("[ measured ] %s prompt %zu: greedy agrees for %zu of %zu steps, then a near tie (gap %.4f)\n",
+                    GetParam(), p, step, want.size(), gap);
+        break;
+      }
       first_new = tokens.size();
-      tokens.push_back(argmax(logits));
-      if (ref_.eos && tokens.back() == *ref_.eos) break;  // transformers' generate stops there too
+      tokens.push_back(ours);
     }
-    const std::vector<int32_t> ours(tokens.begin() + static_cast<std::ptrdiff_t>(prompt_length), tokens.end());
-    EXPECT_EQ(ours, ref_.greedy[p]) << GetParam() << " prompt " << p;
+    // transformers' generate stopped early only at its end-of-sequence token.
+    if (want.size() < kGreedySteps) {
+      ASSERT_TRUE(ref_.eos.has_value()) << GetParam() << " prompt " << p;
+      EXPECT_EQ(want.back(), *ref_.eos);
+    }
   }
 }
 

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "codec/numeric.h"
 #include "kv/model_config.h"
 #include "model/cpu_forward.h"
 
@@ -17,17 +19,30 @@ using cpu::MatrixView;
 using cpu::VectorView;
 using cpu::WeightType;
 
+// The sizes of a random model; the defaults make the tiny one.
+struct TinyModelSpec {
+  int vocab_size = 97, hidden_size = 48, intermediate_size = 80, num_layers = 3;
+  int num_heads = 4, num_kv_heads = 2, head_dim = 16;
+  bool qk_norm = true;
+  bool bf16_values = false;  // weights rounded to BF16 values (what a GPU upload keeps exactly)
+};
+
 // A tiny random Qwen3 (QK-norm, GQA) with F32 weights kept by the fixture.
 struct TinyModel {
   ModelShape shape;
   CpuModelWeights weights;
   std::vector<std::vector<float>> storage;
   std::mt19937 rng{1234};
+  bool bf16_values = false;
+  TinyModelSpec spec;
 
   const float* tensor(size_t n, float scale, float offset = 0.0f) {
     std::normal_distribution<float> normal(0.0f, scale);
     std::vector<float> t(n);
-    for (auto& x : t) x = offset + normal(rng);
+    for (auto& x : t) {
+      x = offset + normal(rng);
+      if (bf16_values) x = numeric::bf16_to_float(numeric::float_to_bf16(x));
+    }
     storage.push_back(std::move(t));
     return storage.back().data();
   }
@@ -37,17 +52,21 @@ struct TinyModel {
   }
   VectorView norm(int64_t n) { return {WeightType::kF32, tensor(static_cast<size_t>(n), 0.1f, 1.0f), n}; }
 
-  TinyModel() {
-    shape.vocab_size = 97;
-    shape.hidden_size = 48;
-    shape.intermediate_size = 80;
-    shape.num_layers = 3;
-    shape.num_heads = 4;
-    shape.num_kv_heads = 2;
-    shape.head_dim = 16;
-    shape.qk_norm = true;
+  using Spec = TinyModelSpec;
+
+  explicit TinyModel(const Spec& spec_in = {}) {
+    spec = spec_in;
+    bf16_values = spec.bf16_values;
+    shape.vocab_size = spec.vocab_size;
+    shape.hidden_size = spec.hidden_size;
+    shape.intermediate_size = spec.intermediate_size;
+    shape.num_layers = spec.num_layers;
+    shape.num_heads = spec.num_heads;
+    shape.num_kv_heads = spec.num_kv_heads;
+    shape.head_dim = spec.head_dim;
+    shape.qk_norm = spec.qk_norm;
     shape.rope = *make_rope_table(shape.head_dim, 10000.0, {}, 4096);
-    storage.reserve(64);
+    storage.reserve(static_cast<size_t>(16 * shape.num_layers + 8));
     weights.embed_tokens = matrix(shape.vocab_size, shape.hidden_size);
     for (int i = 0; i < shape.num_layers; ++i) {
       LayerWeights l;
@@ -55,8 +74,10 @@ struct TinyModel {
       l.q_proj = matrix(shape.num_heads * shape.head_dim, shape.hidden_size);
       l.k_proj = matrix(shape.num_kv_heads * shape.head_dim, shape.hidden_size);
       l.v_proj = matrix(shape.num_kv_heads * shape.head_dim, shape.hidden_size);
-      l.q_norm = norm(shape.head_dim);
-      l.k_norm = norm(shape.head_dim);
+      if (shape.qk_norm) {
+        l.q_norm = norm(shape.head_dim);
+        l.k_norm = norm(shape.head_dim);
+      }
       l.o_proj = matrix(shape.hidden_size, shape.num_heads * shape.head_dim);
       l.post_attention_norm = norm(shape.hidden_size);
       l.gate_proj = matrix(shape.intermediate_size, shape.hidden_size);
@@ -68,14 +89,20 @@ struct TinyModel {
     weights.lm_head = matrix(shape.vocab_size, shape.hidden_size);
   }
 
-  static KvGeometry geometry() {
+  // The KV geometry of the default model (static: tests use it without one).
+  static KvGeometry geometry() { return geometry_of(Spec{}); }
+  static KvGeometry geometry_of(const Spec& s) {
     return *geometry_from_config_json(
-        R"({"model_type": "qwen3", "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "head_dim": 16, "hidden_size": 48})",
+        "{\"model_type\": \"qwen3\", \"num_hidden_layers\": " + std::to_string(s.num_layers) +
+            ", \"num_attention_heads\": " + std::to_string(s.num_heads) +
+            ", \"num_key_value_heads\": " + std::to_string(s.num_kv_heads) +
+            ", \"head_dim\": " + std::to_string(s.head_dim) +
+            ", \"hidden_size\": " + std::to_string(s.hidden_size) + "}",
         "tiny");
   }
+  // An L1 pool of this model's geometry in host memory.
   std::unique_ptr<DeviceKvPool> pool(size_t slots = 64) const {
-    return std::move(*make_host_memory_device_pool(geometry(), slots));
+    return std::move(*make_host_memory_device_pool(geometry_of(spec), slots));
   }
 };
 

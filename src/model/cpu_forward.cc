@@ -63,9 +63,8 @@ Status check_weights(const ModelShape& s, const CpuModelWeights& w) {
   return Status::ok();
 }
 
-Result<std::vector<float>> cpu_forward(const ModelShape& s, const CpuModelWeights& w, DeviceKvPool& l1,
-                                       std::span<const int32_t> tokens, std::span<const SlotId> slots,
-                                       size_t first_new, bool all_logits, const BeforeAttention& before_attention) {
+Status check_sequence(const ModelShape& s, const DeviceKvPool& l1, std::span<const int32_t> tokens,
+                      std::span<const SlotId> slots, size_t first_new) {
   const size_t n = tokens.size();
   if (slots.size() != n) return invalid_argument("forward: one L1 slot per token is needed");
   if (first_new >= n) return invalid_argument("forward: no new token to compute");
@@ -77,6 +76,18 @@ Result<std::vector<float>> cpu_forward(const ModelShape& s, const CpuModelWeight
     if (t < 0 || t >= s.vocab_size)
       return out_of_range("token id " + std::to_string(t) + " is outside the vocabulary of " +
                           std::to_string(s.vocab_size));
+  for (SlotId slot : slots)
+    if (slot >= l1.num_slots())
+      return out_of_range("forward: L1 slot " + std::to_string(slot) + " is outside the pool of " +
+                          std::to_string(l1.num_slots()));
+  return Status::ok();
+}
+
+Result<std::vector<float>> cpu_forward(const ModelShape& s, const CpuModelWeights& w, DeviceKvPool& l1,
+                                       std::span<const int32_t> tokens, std::span<const SlotId> slots,
+                                       size_t first_new, bool all_logits, const BeforeAttention& before_attention) {
+  HIQ_RETURN_IF_ERROR(check_sequence(s, l1, tokens, slots, first_new));
+  const size_t n = tokens.size();
 
   const auto n_new = static_cast<int64_t>(n - first_new);
   const int64_t hidden = s.hidden_size, q_out = int64_t{s.num_heads} * s.head_dim,

@@ -62,6 +62,12 @@ struct CpuModelWeights {
 // layer and the tensor.
 Status check_weights(const ModelShape& shape, const CpuModelWeights& weights);
 
+// The checks every forward pass makes of one sequence: one slot per token,
+// slots inside `l1`, at least one new token, token ids inside the
+// vocabulary, and a pool of the model's KV geometry.
+Status check_sequence(const ModelShape& shape, const DeviceKvPool& l1, std::span<const int32_t> tokens,
+                      std::span<const SlotId> slots, size_t first_new);
+
 // Called before a layer reads the context's KV from L1: the place to wait for
 // that layer of a restore (TransferEngine::wait_layer). A non-OK status stops
 // the forward pass with that error.

@@ -2,6 +2,7 @@
 //
 //   hiq bench transfer   the CUDA transfer engine against cudaMemcpyAsync, the
 //                        staged design, and the codec kernels against a D2D copy
+//   hiq bench model      the CUDA forward pass (bench_model_command.cc)
 #include <unistd.h>
 
 #include <cstdio>
@@ -198,7 +199,8 @@ Subcommand add_bench_command(CLI::App& parent) {
   transfer->add_option("--seconds", f->seconds, "Repeat each measurement about this long")->capture_default_str();
   transfer->add_flag("--no-staged", f->no_staged, "Skip the staged-design comparison");
   transfer->add_flag("--json", f->json, "Print JSON");
-  return {app, [f, transfer] { return transfer->parsed() ? run_transfer(*f) : 1; }};
+  const std::function<int()> run_model = add_bench_model_command(*app);
+  return {app, [f, transfer, run_model] { return transfer->parsed() ? run_transfer(*f) : run_model(); }};
 }
 
 }  // namespace hiq::cli

@@ -1,10 +1,11 @@
 // `hiq generate`: greedy generation from token ids with a Hugging Face model
-// directory, on the CPU backend; the top-K log-probabilities at each step on
-// request.
+// directory, on the CPU or the CUDA backend; the top-K log-probabilities at
+// each step, or every logit, on request.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <numeric>
@@ -12,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "memory/cuda_device_kv_pool.h"
+#include "model/cuda_model.h"
 #include "model/loaded_model.h"
 #include "tools/hiq/commands.h"
 #include "tools/hiq/table.h"
@@ -26,8 +29,40 @@ struct GenerateFlags {
   std::string prompt;
   int max_new_tokens = 16;
   int logprobs = 0;
+  std::string logits_out;
   bool json = false;
 };
+
+// One greedy step: the logits after the last token (empty when not asked for)
+// and the argmax.
+struct Step {
+  std::vector<float> logits;
+  int32_t next = 0;
+};
+using StepFn = std::function<Result<Step>(std::span<const int32_t> tokens, std::span<const SlotId> slots,
+                                          size_t first_new)>;
+
+// The forward pass of `device` over `m`, with an L1 pool of `slots` tokens.
+Result<StepFn> make_step(const LoadedModel& m, const std::string& device, size_t slots, bool want_logits) {
+  if (device == "cpu") {
+    HIQ_ASSIGN_OR_RETURN(std::shared_ptr<DeviceKvPool> l1, make_host_memory_device_pool(m.config().kv_geometry(), slots));
+    return StepFn([&m, l1](std::span<const int32_t> tokens, std::span<const SlotId> s, size_t first_new) -> Result<Step> {
+      HIQ_ASSIGN_OR_RETURN(std::vector<float> logits, cpu_forward(m.shape(), m.weights(), *l1, tokens, s, first_new));
+      const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      return Step{std::move(logits), next};
+    });
+  }
+  if (device != "cuda") return invalid_argument("--device must be cpu or cuda");
+  HIQ_ASSIGN_OR_RETURN(std::shared_ptr<CudaModel> model, make_cuda_model(m.shape(), m.weights()));
+  HIQ_ASSIGN_OR_RETURN(std::shared_ptr<DeviceKvPool> l1, make_cuda_device_kv_pool(m.config().kv_geometry(), slots));
+  return StepFn([model, l1, want_logits](std::span<const int32_t> tokens, std::span<const SlotId> s,
+                                         size_t first_new) -> Result<Step> {
+    const ModelSequence seq{tokens, s, first_new};
+    HIQ_ASSIGN_OR_RETURN(ModelOutput out, model->forward(*l1, std::span(&seq, 1),
+                                                         want_logits ? LogitsWanted::kLast : LogitsWanted::kNone));
+    return Step{std::move(out.logits), out.next_tokens[0]};
+  });
+}
 
 Result<std::vector<int32_t>> parse_ids(const std::string& list) {
   std::vector<int32_t> ids;
@@ -63,9 +98,6 @@ int run_generate(const GenerateFlags& f) {
   if (!f.prompt.empty())
     return report_error("generate", unavailable("text prompts need a tokenizer, which this build does not have "
                                                   "yet; give token ids with --prompt-ids"));
-  if (f.device == "cuda")
-    return report_error("generate", unavailable("the CUDA forward pass is not built yet; use --device cpu"));
-  if (f.device != "cpu") return report_error("generate", invalid_argument("--device must be cpu or cuda"));
   if (f.max_new_tokens < 1) return report_error("generate", invalid_argument("--max-new-tokens must be positive"));
   if (f.logprobs < 0) return report_error("generate", invalid_argument("--logprobs must not be negative"));
   auto prompt = parse_ids(f.prompt_ids);
@@ -80,8 +112,14 @@ int run_generate(const GenerateFlags& f) {
                                                    std::to_string(m.shape().vocab_size)));
 
   const size_t total = prompt->size() + static_cast<size_t>(f.max_new_tokens);
-  auto l1 = make_host_memory_device_pool(m.config().kv_geometry(), total);
-  if (!l1) return report_error("generate", l1.status());
+  std::FILE* logits_file = nullptr;
+  if (!f.logits_out.empty() && (logits_file = std::fopen(f.logits_out.c_str(), "wb")) == nullptr)
+    return report_error("generate", invalid_argument("--logits-out: cannot write '" + f.logits_out + "'"));
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> close_logits(logits_file, [](std::FILE* p) {
+    return p != nullptr ? std::fclose(p) : 0;
+  });
+  auto step_fn = make_step(m, f.device, total, f.logprobs > 0 || logits_file != nullptr);
+  if (!step_fn) return report_error("generate", step_fn.status());
   std::vector<SlotId> slots(total);
   std::iota(slots.begin(), slots.end(), 0u);
 
@@ -91,17 +129,20 @@ int run_generate(const GenerateFlags& f) {
   size_t first_new = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < f.max_new_tokens; ++step) {
-    auto logits = cpu_forward(m.shape(), m.weights(), **l1, tokens, std::span(slots).first(tokens.size()), first_new);
-    if (!logits) return report_error("generate", logits.status());
-    const auto next = static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
-    if (f.logprobs > 0) logprobs.push_back(top_logprobs(*logits, f.logprobs));
+    auto result = (*step_fn)(tokens, std::span(slots).first(tokens.size()), first_new);
+    if (!result) return report_error("generate", result.status());
+    const int32_t next = result->next;
+    if (f.logprobs > 0) logprobs.push_back(top_logprobs(result->logits, f.logprobs));
+    if (logits_file != nullptr &&
+        std::fwrite(result->logits.data(), sizeof(float), result->logits.size(), logits_file) != result->logits.size())
+      return report_error("generate", internal_error("--logits-out: write failed"));
     output.push_back(next);
     first_new = tokens.size();
     tokens.push_back(next);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::fprintf(stderr, "hiq generate: %zu prompt + %d new tokens in %.2f s\n", prompt->size(), f.max_new_tokens,
-               seconds);
+  std::fprintf(stderr, "hiq generate: %zu prompt + %d new tokens in %.2f s on the %s backend\n", prompt->size(),
+               f.max_new_tokens, seconds, f.device.c_str());
 
   if (f.json) {
     nlohmann::json out = {{"output_ids", output}};
@@ -138,11 +179,13 @@ Subcommand add_generate_command(CLI::App& parent) {
   auto f = std::make_shared<GenerateFlags>();
   CLI::App* app = parent.add_subcommand("generate", "Greedy generation with a Hugging Face model directory");
   app->add_option("--model", f->model, "Model directory (config.json and *.safetensors)")->required();
-  app->add_option("--device", f->device, "cpu (cuda: not yet)")->capture_default_str();
+  app->add_option("--device", f->device, "cpu or cuda")->capture_default_str();
   app->add_option("--prompt-ids", f->prompt_ids, "Comma-separated prompt token ids");
   app->add_option("--prompt", f->prompt, "Text prompt (needs a tokenizer: not yet)");
   app->add_option("--max-new-tokens", f->max_new_tokens, "Tokens to generate")->capture_default_str();
   app->add_option("--logprobs", f->logprobs, "Top-K log-probabilities at each step")->capture_default_str();
+  app->add_option("--logits-out", f->logits_out,
+                  "Write each step's logits to FILE (float32, [steps][vocab], little-endian)");
   app->add_flag("--json", f->json, "Print JSON: {\"output_ids\": [...], \"logprobs\": [[[id, logprob], ...], ...]}");
   return {app, [f] { return run_generate(*f); }};
 }

@@ -7,6 +7,7 @@
 
 #include "codec/cuda/row_kernels.h"
 #include "codec/numeric.h"
+#include "core/median_time.h"
 #include "cuda/buffers.h"
 #include "cuda/check.cuh"
 #include "cuda/device.h"
@@ -18,7 +19,6 @@
 namespace hiq {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 // Values like real K and V (|x| < 4, varied magnitudes), never zeros: timing
 // zeros can flatter a kernel.
@@ -31,23 +31,6 @@ __global__ void fill_random_bf16(uint16_t* p, size_t n, uint64_t seed) {
     const float unit = static_cast<float>(static_cast<int32_t>(x >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
     p[i] = numeric::float_to_bf16(unit * static_cast<float>(1 + (x & 3)));
   }
-}
-
-// Median host time of `run` (which must finish its GPU work), after a warm-up;
-// at least 3 runs, more while the budget lasts.
-template <typename Run>
-Result<double> median_seconds(double budget, Run run) {
-  HIQ_RETURN_IF_ERROR(run());
-  std::vector<double> times;
-  const auto begin = Clock::now();
-  while (times.size() < 3 ||
-         (times.size() < 200 && std::chrono::duration<double>(Clock::now() - begin).count() < budget)) {
-    const auto t0 = Clock::now();
-    HIQ_RETURN_IF_ERROR(run());
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::nth_element(times.begin(), times.begin() + static_cast<ptrdiff_t>(times.size() / 2), times.end());
-  return times[times.size() / 2];
 }
 
 size_t encoded_bytes_per_token(const KvGeometry& g, CodecKind codec, size_t align) {

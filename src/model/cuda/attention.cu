@@ -1,0 +1,361 @@
+// Paged causal GQA attention on the tensor cores (mma.sync m16n8k16, BF16 in,
+// FP32 accumulate), in the manner of FlashAttention-2: each warp keeps 16 rows
+// of Q in registers, the block streams 64-token K and V tiles of the context
+// through shared memory (gathered from L1 by slot, two stages deep with
+// cp.async), and the softmax runs online, so no score matrix is ever stored.
+#include <algorithm>
+#include <cfloat>
+
+#include "cuda/check.cuh"
+#include "model/cuda/attention.h"
+
+namespace hiq::cuda {
+namespace {
+
+constexpr int kRowsPerWarp = 16;
+constexpr int kTile = 64;  // context tokens per K/V tile
+// Blocks of 4 warps (64 rows) for short prompts and decode; 8 warps (128
+// rows) for long prompts, where each staged K/V tile then serves twice the
+// rows: half the L2→SM traffic at the same warps per multiprocessor.
+constexpr int kSmallWarps = 4, kLargeWarps = 8;
+constexpr int kLargeBlockMinRows = 1024;  // rows of the longest sequence that pick 8 warps
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Shared-memory rows are padded by 16 bytes, so the 8 rows an ldmatrix reads
+// fall in 8 different 16-byte bank groups.
+template <int D>
+constexpr int kSmemStride = D + 8;  // elements
+template <int D>
+constexpr int kStageElements = 2 * kTile * kSmemStride<D>;  // K tile, then V tile
+template <int D>
+constexpr size_t kSmemBytes = 2 * kStageElements<D> * sizeof(__nv_bfloat16);  // two stages
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes from global to shared memory, or zeros when !valid (rows past the
+// context: their P is 0, but 0 · NaN from stale slot memory would not be).
+__device__ __forceinline__ void copy16_async(void* smem, const void* global, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(global), "r"(bytes));
+}
+__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+
+// d += a · b for one 16×8×16 tile.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Stages context tokens [kv0, kv0 + kTile) of KV head `kv_head` into `stage`;
+// tokens at or past `kv_end` become zeros.
+template <int D, int kThreads>
+__device__ __forceinline__ void load_tile(__nv_bfloat16* stage, const AttentionArgs& a, const uint32_t* slots,
+                                          int kv0, int kv_end, int kv_head) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  const int64_t row_stride = static_cast<int64_t>(a.kv_heads) * D;
+  for (int i = threadIdx.x; i < kTile * kChunks * 2; i += kThreads) {
+    const int part = i / (kTile * kChunks);  // 0: K, 1: V
+    const int r = (i / kChunks) % kTile, c = i % kChunks;
+    const int token = kv0 + r;
+    const bool valid = token < kv_end;
+    const __nv_bfloat16* plane = part == 0 ? a.k_plane : a.v_plane;
+    const __nv_bfloat16* src = plane + (valid ? static_cast<int64_t>(slots[token]) * row_stride : 0) +
+                               kv_head * D + c * 8;
+    copy16_async(stage + part * kTile * kSmemStride<D> + r * kSmemStride<D> + c * 8, src, valid);
+  }
+}
+
+template <int D, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a) {
+  constexpr int kRows = kRowsPerWarp * kWarps;  // rows per block
+  constexpr int kThreads = kWarps * 32;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+
+  const int group = a.heads / a.kv_heads;
+  const int seq_index = blockIdx.y / a.kv_heads, kv_head = blockIdx.y % a.kv_heads;
+  const AttentionSequence seq = a.sequences[seq_index];
+  const int rows = seq.q_len * group;
+  const int block_row0 = blockIdx.x * kRows;
+  if (block_row0 >= rows) return;
+  const int split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int first_position = seq.kv_len - seq.q_len;
+  const uint32_t* slots = a.slots + seq.slot_start;
+
+  // The block's context range: its split, cut at the last row's position.
+  const int last_row = min(block_row0 + kRows, rows) - 1;
+  const int split_len = (a.max_kv_len + a.splits - 1) / a.splits;
+  const int split_tokens = (split_len + kTile - 1) / kTile * kTile;
+  const int kv_begin = split * split_tokens;
+  const int kv_end = min(min(kv_begin + split_tokens, seq.kv_len), first_position + last_row / group + 1);
+
+  // This thread's two rows (lane/4 and lane/4 + 8 of its warp's 16).
+  int row_token[2], row_head[2], row_position[2];
+  bool row_valid[2];
+  for (int h = 0; h < 2; ++h) {
+    const int row = block_row0 + warp * kRowsPerWarp + lane / 4 + 8 * h;
+    row_valid[h] = row < rows;
+    row_token[h] = row / group;
+    row_head[h] = kv_head * group + row % group;
+    row_position[h] = row_valid[h] ? first_position + row_token[h] : -1;
+  }
+  const bool warp_active = block_row0 + warp * kRowsPerWarp < rows;
+
+  // Q fragments (A operand, row-major 16 × D), loaded once.
+  uint32_t q_frag[D / 16][4];
+  for (int kk = 0; kk < D / 16; ++kk)
+    for (int half = 0; half < 2; ++half)      // columns kk·16 + … and kk·16 + 8 + …
+      for (int h = 0; h < 2; ++h) {           // rows lane/4 and lane/4 + 8
+        uint32_t v = 0;
+        if (row_valid[h]) {
+          const __nv_bfloat16* q = a.q + static_cast<int64_t>(seq.q_start + row_token[h]) * a.q_token_stride +
+                                   row_head[h] * D + kk * 16 + half * 8 + (lane % 4) * 2;
+          v = *reinterpret_cast<const uint32_t*>(q);
+        }
+        q_frag[kk][half * 2 + h] = v;
+      }
+
+  float acc[D / 8][4];
+  for (int n = 0; n < D / 8; ++n)
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // in units of log2, scale applied
+  float row_sum[2] = {0.f, 0.f};              // this thread's partial sums
+  const float scale_log2 = a.scale * kLog2e;
+
+  const int tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTile - 1) / kTile : 0;
+  if (tiles > 0) {
+    load_tile<D, kThreads>(smem, a, slots, kv_begin, kv_end, kv_head);
+    async_commit();
+  }
+  for (int t = 0; t < tiles; ++t) {
+    const int kv0 = kv_begin + t * kTile;
+    if (t + 1 < tiles) {
+      load_tile<D, kThreads>(smem + ((t + 1) % 2) * kStageElements<D>, a, slots, kv0 + kTile, kv_end, kv_head);
+      async_commit();
+      async_wait<1>();
+    } else {
+      async_wait<0>();
+    }
+    __syncthreads();
+    const __nv_bfloat16* k_tile = smem + (t % 2) * kStageElements<D>;
+    const __nv_bfloat16* v_tile = k_tile + kTile * kSmemStride<D>;
+
+    if (warp_active) {
+      // S = Q Kᵀ: 16 rows × 64 context tokens.
+      float s[kTile / 8][4];
+      for (int n = 0; n < kTile / 8; ++n)
+        for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+        for (int n = 0; n < kTile / 8; n += 2) {
+          const int m = lane / 8;  // which 8×8 matrix this lane addresses
+          uint32_t b[4];
+          ldmatrix_x4(b, k_tile + ((n + m / 2) * 8 + lane % 8) * kSmemStride<D> + kk * 16 + (m % 2) * 8);
+          mma_bf16(s[n], q_frag[kk], b[0], b[1]);
+          mma_bf16(s[n + 1], q_frag[kk], b[2], b[3]);
+        }
+
+      // Mask, then the online softmax of each row.
+      float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2;
+          const int token = kv0 + n * 8 + (lane % 4) * 2 + e % 2;
+          const bool visible = token < kv_end && token <= row_position[h];
+          s[n][e] = visible ? s[n][e] * scale_log2 : -INFINITY;
+          tile_max[h] = fmaxf(tile_max[h], s[n][e]);
+        }
+      float correction[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+        const float new_max = fmaxf(row_max[h], tile_max[h]);
+        // A row that has seen nothing yet keeps max −inf: subtract 0 instead
+        // of −inf, so every exponent below is exp2(−inf) = 0, never NaN.
+        const float base = new_max == -INFINITY ? 0.f : new_max;
+        correction[h] = exp2f(row_max[h] - base);
+        row_max[h] = new_max;
+        row_sum[h] *= correction[h];
+#pragma unroll
+        for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            s[n][e] = exp2f(s[n][e] - base);
+            row_sum[h] += s[n][e];
+          }
+      }
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[n][e] *= correction[e / 2];
+
+      // O += P V. The score accumulators of two neighbouring 8-token blocks
+      // are exactly an A fragment over 16 tokens.
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        const uint32_t p[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                               pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < D / 8; n += 2) {
+          const int m = lane / 8;
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, v_tile + (kk * 16 + (m % 2) * 8 + lane % 8) * kSmemStride<D> + (n + m / 2) * 8);
+          mma_bf16(acc[n], p, b[0], b[1]);
+          mma_bf16(acc[n + 1], p, b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // the stage is overwritten by the load two tiles on
+  }
+  if (!warp_active) return;
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+  }
+  for (int h = 0; h < 2; ++h) {
+    if (!row_valid[h]) continue;
+    const int64_t out_row = static_cast<int64_t>(seq.q_start + row_token[h]) * a.heads + row_head[h];
+    if (a.splits == 1) {
+      const float inv = row_sum[h] > 0.f ? 1.f / row_sum[h] : 0.f;
+      __nv_bfloat16* out = a.out + out_row * D;
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<__nv_bfloat162*>(out + n * 8 + (lane % 4) * 2) =
+            __floats2bfloat162_rn(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
+    } else {
+      // Partial results: [split][token·heads][D] outputs, then [split][token·heads] (max, sum).
+      const int64_t rows_total = static_cast<int64_t>(a.num_tokens) * a.heads;
+      float* out = a.workspace + (split * rows_total + out_row) * D;
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<float2*>(out + n * 8 + (lane % 4) * 2) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+      if (lane % 4 == 0) {
+        float* stats = a.workspace + a.splits * rows_total * D + (split * rows_total + out_row) * 2;
+        stats[0] = row_max[h];
+        stats[1] = row_sum[h];
+      }
+    }
+  }
+}
+
+// out = Σ_s 2^(max_s − M) · acc_s / Σ_s 2^(max_s − M) · sum_s, M = max_s max_s.
+// One block of head_dim threads (rounded up to a warp) per (token, head) row.
+__global__ void combine_kernel(AttentionArgs a) {
+  const int64_t rows_total = static_cast<int64_t>(a.num_tokens) * a.heads;
+  const int64_t row = blockIdx.x;
+  const float* stats = a.workspace + a.splits * rows_total * a.head_dim;
+  float m = -INFINITY;
+  for (int s = 0; s < a.splits; ++s) m = fmaxf(m, stats[(s * rows_total + row) * 2]);
+  const float base = m == -INFINITY ? 0.f : m;
+  float total = 0.f;
+  for (int s = 0; s < a.splits; ++s) total += exp2f(stats[(s * rows_total + row) * 2] - base) * stats[(s * rows_total + row) * 2 + 1];
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
+    float v = 0.f;
+    for (int s = 0; s < a.splits; ++s)
+      v += exp2f(stats[(s * rows_total + row) * 2] - base) * a.workspace[(s * rows_total + row) * a.head_dim + d];
+    a.out[row * a.head_dim + d] = __float2bfloat16_rn(v * inv);
+  }
+}
+
+int rows_per_block(const AttentionArgs& a) {
+  const int warps = a.max_q_len * (a.heads / a.kv_heads) >= kLargeBlockMinRows ? kLargeWarps : kSmallWarps;
+  return warps * kRowsPerWarp;
+}
+
+template <int D, int kWarps>
+Status launch_warps(const AttentionArgs& a, cudaStream_t stream) {
+  // More than 48 KB of dynamic shared memory must be asked for, once per kernel.
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      attention_kernel<D, kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes<D>));
+  HIQ_CUDA_RETURN_IF_ERROR(configured);
+  constexpr int kRows = kWarps * kRowsPerWarp;
+  const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + kRows - 1) / kRows;
+  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.num_sequences * a.kv_heads),
+                  static_cast<unsigned>(a.splits));
+  attention_kernel<D, kWarps><<<grid, kWarps * 32, kSmemBytes<D>, stream>>>(a);
+  return cuda_status(cudaGetLastError(), "attention_kernel");
+}
+
+template <int D>
+Status launch(const AttentionArgs& a, cudaStream_t stream) {
+  const bool large = rows_per_block(a) == kLargeWarps * kRowsPerWarp;
+  HIQ_RETURN_IF_ERROR((large ? launch_warps<D, kLargeWarps>(a, stream) : launch_warps<D, kSmallWarps>(a, stream)));
+  if (a.splits > 1) {
+    const int threads = std::min(1024, (a.head_dim + 31) / 32 * 32);
+    combine_kernel<<<static_cast<unsigned>(a.num_tokens * a.heads), threads, 0, stream>>>(a);
+    HIQ_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool attention_head_dim_supported(int head_dim) {
+  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
+int attention_splits(const AttentionArgs& a, int multiprocessors) {
+  const int rows = rows_per_block(a);
+  const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + rows - 1) / rows;
+  const long blocks = static_cast<long>(row_tiles) * a.num_sequences * a.kv_heads;
+  // Aim at four blocks per multiprocessor, but keep each split ≥ 2 tiles.
+  const long wanted = (4L * multiprocessors + blocks - 1) / blocks;
+  const long most = std::max(1, a.max_kv_len / (2 * kTile));
+  return static_cast<int>(std::clamp(wanted, 1L, std::min(most, 64L)));
+}
+
+size_t attention_workspace_floats(int splits, int num_tokens, int heads, int head_dim) {
+  if (splits <= 1) return 0;
+  return static_cast<size_t>(splits) * num_tokens * heads * (head_dim + 2);
+}
+
+Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.num_sequences == 0 || a.num_tokens == 0) return Status::ok();
+  if (a.heads <= 0 || a.kv_heads <= 0 || a.heads % a.kv_heads != 0)
+    return invalid_argument("attention: heads must be a positive multiple of kv_heads");
+  if (a.splits > 1 && a.workspace == nullptr) return invalid_argument("attention: split contexts need a workspace");
+  switch (a.head_dim) {
+    case 16: return launch<16>(a, stream);
+    case 32: return launch<32>(a, stream);
+    case 64: return launch<64>(a, stream);
+    case 128: return launch<128>(a, stream);
+    case 256: return launch<256>(a, stream);
+    default:
+      return invalid_argument("attention: head_dim " + std::to_string(a.head_dim) +
+                              " is not supported by the CUDA kernel (16, 32, 64, 128 or 256)");
+  }
+}
+
+}  // namespace hiq::cuda

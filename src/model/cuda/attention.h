@@ -1,0 +1,66 @@
+// model/cuda/attention.h (internal to the CUDA model) — causal grouped-query
+// attention over the paged L1 pool, for prefill (with a cached prefix) and
+// decode in one kernel.
+//
+// Every sequence of a batch brings q_len new query tokens and reads the K and
+// V of its whole context, kv_len tokens (the cached prefix, then the new
+// tokens, whose KV the forward pass has just written), row by row from L1
+// through its slot table. Query token i of a sequence sits at position
+// kv_len − q_len + i and sees context tokens 0 … that position.
+//
+// Work split: a block owns one KV head of one sequence and 64 "rows", a row
+// being one (query token, query head) pair of that KV head's group — so the K
+// and V tiles it stages in shared memory serve every query head of the group.
+// Long contexts with few rows (decode) are also split along the context
+// (flash-decoding): each split writes a partial result (running max, sum and
+// unnormalised output) and a second kernel combines them.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace hiq::cuda {
+
+// One sequence of the batch (int4-aligned: the kernel reads it in one load).
+struct alignas(16) AttentionSequence {
+  int32_t q_start;     // its first query token in the batch's [token] arrays
+  int32_t q_len;       // new tokens
+  int32_t kv_len;      // context tokens, the new ones included (≥ q_len)
+  int32_t slot_start;  // its first entry in the slot table
+};
+
+struct AttentionArgs {
+  const __nv_bfloat16* q = nullptr;  // [token][q_token_stride]; head h at h · head_dim
+  int64_t q_token_stride = 0;
+  __nv_bfloat16* out = nullptr;      // [token][heads][head_dim]
+  const __nv_bfloat16* k_plane = nullptr;  // L1 planes of the layer: row s = slot s,
+  const __nv_bfloat16* v_plane = nullptr;  // [kv_heads][head_dim] each
+  const uint32_t* slots = nullptr;         // slot table: sequence b's context at slot_start …
+  const AttentionSequence* sequences = nullptr;
+  int num_sequences = 0;
+  int max_q_len = 0;   // the longest q_len (sizes the grid)
+  int max_kv_len = 0;  // the longest kv_len (sizes the splits)
+  int num_tokens = 0;  // Σ q_len
+  int heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 0;     // softmax scale, 1/sqrt(head_dim)
+  float* workspace = nullptr;   // attention_workspace_floats(...) floats, for split contexts
+  int splits = 1;               // from attention_splits()
+};
+
+// The head dims the kernel is built for.
+bool attention_head_dim_supported(int head_dim);
+
+// How many context splits to use for a batch on `multiprocessors` SMs: more
+// when the batch alone cannot fill the GPU.
+int attention_splits(const AttentionArgs& args, int multiprocessors);
+// Floats of workspace a call with `splits` needs (0 when splits == 1).
+size_t attention_workspace_floats(int splits, int num_tokens, int heads, int head_dim);
+
+// Launches the attention (and, for splits > 1, the combine) on `stream`.
+Status launch_attention(const AttentionArgs& args, cudaStream_t stream);
+
+}  // namespace hiq::cuda

@@ -1,0 +1,81 @@
+// model/cuda_model.h — the Qwen3-family forward pass on a CUDA GPU, in
+// host-only terms.
+//
+// CudaModel holds the weights in GPU memory (BF16; F16 and F32 checkpoints
+// are rounded to BF16 once, at upload) and runs batches of sequences on its
+// own stream: every new token of every sequence goes through one set of
+// cuBLAS matrix products, and attention reads each sequence's context from
+// its slots in a CUDA L1 pool (make_cuda_device_kv_pool) — the cached prefix,
+// restored from L2 or not, and the new tokens, whose K and V the pass writes
+// into their slots first.
+//
+// Before a layer's attention reads L1, the pass calls `before_attention(layer,
+// stream)`: the place to make the stream wait, on the device, for that layer
+// of a restore (CudaTransferEngine::stream_wait_layer).
+//
+// Numerics follow the reference (transformers in bf16) step by step: BF16
+// activations, residual stream and KV; FP32 accumulation in every product,
+// norm and softmax; logits in FP32.
+//
+// Served by model/cuda/cuda_model.cu in a CUDA build, and by a stub that
+// answers kUnavailable otherwise.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "memory/device_kv_pool.h"
+#include "model/cpu_forward.h"
+
+namespace hiq {
+
+// One sequence of a batch: tokens[0, first_new) have their KV in L1 already,
+// tokens[first_new, n) are computed now.
+struct ModelSequence {
+  std::span<const int32_t> tokens;
+  std::span<const SlotId> slots;  // one L1 slot per token
+  size_t first_new = 0;
+};
+
+enum class LogitsWanted : uint8_t {
+  kNone,  // next tokens only (argmax on the GPU)
+  kLast,  // each sequence's last token: [sequences][vocab]
+  kAll,   // every new token: [Σ new tokens][vocab], sequence by sequence
+};
+
+struct ModelOutput {
+  std::vector<int32_t> next_tokens;  // greedy: the argmax after each sequence's last token
+  std::vector<float> logits;         // as asked for by LogitsWanted
+};
+
+using BeforeLayerAttention = std::function<Status(int layer, void* stream)>;
+
+class CudaModel {
+ public:
+  virtual ~CudaModel() = default;
+
+  // Runs `batch` on the model's stream and waits for its results. Errors:
+  // mismatched spans, first_new ≥ n, token ids outside the vocabulary, slots
+  // outside `l1`, a pool that is not a CUDA pool of the model's geometry, a
+  // failed CUDA call, or the error of `before_attention` — after which the
+  // new tokens' slots hold unspecified KV (the caller recomputes).
+  virtual Result<ModelOutput> forward(DeviceKvPool& l1, std::span<const ModelSequence> batch, LogitsWanted logits,
+                                      const BeforeLayerAttention& before_attention = nullptr) = 0;
+
+  // The cudaStream_t every forward pass runs on.
+  virtual void* stream() const = 0;
+  virtual const ModelShape& shape() const = 0;
+  // Device memory: the weights, and the largest scratch space a pass used so far.
+  virtual size_t weight_bytes() const = 0;
+  virtual size_t workspace_bytes() const = 0;
+};
+
+// Uploads `weights` (which must match `shape`: check_weights) to the current
+// GPU. Errors: no GPU or no CUDA backend (kUnavailable), a head_dim the
+// attention kernel is not built for, or not enough device memory.
+Result<std::unique_ptr<CudaModel>> make_cuda_model(const ModelShape& shape, const CpuModelWeights& weights);
+
+}  // namespace hiq

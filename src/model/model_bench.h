@@ -1,0 +1,73 @@
+// model/model_bench.h — `hiq bench model`: the CUDA forward pass on a model
+// directory, with the references measured in the same run.
+//
+// - Prefill: one fresh prompt of N tokens (tokens/s).
+// - Decode: one step for a batch of B sequences at C tokens of context, next
+//   to its memory-bound floor: the weights it must read (all but the
+//   embedding, which is only gathered) plus the batch's KV, over the device
+//   bandwidth measured by a device-to-device copy in the same run.
+// - Restore: a prompt whose first P tokens are restored from L2 through a
+//   codec while the rest is computed (the forward pass waits for each layer
+//   of the restore on the device), against recomputing the whole prompt: its
+//   time, and how far its next-token logits are from the recomputed ones.
+// Every figure is the median of repeated runs of the whole forward call (host
+// preparation, upload, kernels, results back).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "codec/codec.h"
+#include "core/status.h"
+#include "model/cpu_forward.h"
+#include "model/model_config.h"
+
+namespace hiq {
+
+struct ModelBenchOptions {
+  std::vector<int> prefill_tokens = {512, 2048, 8192};
+  std::vector<int> decode_batches = {1, 8, 32};
+  int decode_context = 2048;
+  std::vector<CodecKind> restore_codecs = {CodecKind::kBf16, CodecKind::kInt8, CodecKind::kFp8, CodecKind::kInt4,
+                                           CodecKind::kInt4H};
+  int restore_prompt = 2048;   // tokens of the restore rows' prompt
+  int restore_prefix = 1920;   // of which restored from L2
+  double seconds_per_measurement = 1.0;
+};
+
+struct ModelBenchReport {
+  std::string gpu;
+  size_t weight_bytes = 0;           // on the device
+  size_t weight_bytes_per_step = 0;  // read by every step (all but the embedding)
+  double device_copy_bytes_per_s = 0;  // D2D copy, bytes read + written
+  struct Prefill {
+    int tokens = 0;
+    double seconds = 0;
+  };
+  struct Decode {
+    int batch = 0, context = 0;
+    double step_seconds = 0;
+    size_t kv_bytes = 0;        // KV the step reads
+    double floor_seconds = 0;   // (weights + KV) / device bandwidth
+  };
+  struct Restore {
+    CodecKind codec = CodecKind::kBf16;
+    int prompt = 0, prefix = 0;
+    double restored_seconds = 0;    // restore of the prefix + forward of the rest, overlapped
+    double recompute_seconds = 0;   // forward of the whole prompt
+    double logits_relative_error = 0;  // ‖restored − recomputed‖ / ‖recomputed‖, next-token logits
+    bool same_next_token = false;
+  };
+  std::vector<Prefill> prefill;
+  std::vector<Decode> decode;
+  std::vector<Restore> restore;
+};
+
+// Needs a CUDA GPU (kUnavailable otherwise). `progress(done, total)` after each
+// measurement; may be null.
+Result<ModelBenchReport> run_model_bench(const ModelConfig& config, const ModelShape& shape,
+                                         const CpuModelWeights& weights, const ModelBenchOptions& options,
+                                         const std::function<void(size_t, size_t)>& progress = nullptr);
+
+}  // namespace hiq

@@ -1,0 +1,146 @@
+// `hiq bench model --model DIR`: the CUDA forward pass — prefill tokens/s,
+// decode step time against its memory-bound floor, and prompts on a prefix
+// restored from L2 through each codec against recomputing them
+// (model/model_bench.h says what each figure is).
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "model/loaded_model.h"
+#include "model/model_bench.h"
+#include "tools/hiq/commands.h"
+#include "tools/hiq/table.h"
+
+namespace hiq::cli {
+namespace {
+
+struct ModelBenchFlags {
+  std::string model;
+  std::string prefill = "512,2048,8192";
+  std::string decode_batches = "1,8,32";
+  int decode_context = 2048;
+  std::string codecs = "bf16,int8,fp8,int4,int4h";
+  int restore_prompt = 2048;
+  int restore_prefix = 1920;
+  double seconds = 1.0;
+  bool json = false;
+};
+
+Result<std::vector<int>> parse_counts(const std::string& list, const char* flag) {
+  std::vector<int> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > (1 << 20))
+      return invalid_argument(std::string(flag) + ": '" + item + "' is not a count from 1 to 1048576");
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+Result<ModelBenchOptions> build_options(const ModelBenchFlags& f) {
+  ModelBenchOptions o;
+  HIQ_ASSIGN_OR_RETURN(o.prefill_tokens, parse_counts(f.prefill, "--prefill"));
+  HIQ_ASSIGN_OR_RETURN(o.decode_batches, parse_counts(f.decode_batches, "--decode-batches"));
+  if (f.decode_context < 1) return invalid_argument("--decode-context must be positive");
+  o.decode_context = f.decode_context;
+  o.restore_codecs.clear();
+  std::stringstream in(f.codecs);
+  for (std::string name; std::getline(in, name, ',');) {
+    HIQ_ASSIGN_OR_RETURN(const CodecKind codec, parse_codec(name));
+    o.restore_codecs.push_back(codec);
+  }
+  if (f.restore_prefix < 1 || f.restore_prefix >= f.restore_prompt)
+    return invalid_argument("--restore-prefix must be from 1 to --restore-prompt − 1");
+  o.restore_prompt = f.restore_prompt;
+  o.restore_prefix = f.restore_prefix;
+  if (!(f.seconds > 0)) return invalid_argument("--seconds must be positive");
+  o.seconds_per_measurement = f.seconds;
+  return o;
+}
+
+std::string ms(double seconds) { return format_fixed(seconds * 1e3, 2); }
+
+int run_model_bench_command(const ModelBenchFlags& f) {
+  auto options = build_options(f);
+  if (!options) return report_error("bench model", options.status());
+  auto model = LoadedModel::load(f.model);
+  if (!model) return report_error("bench model", model.status());
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  auto report = run_model_bench((*model)->config(), (*model)->shape(), (*model)->weights(), *options,
+                                [&](size_t done, size_t total) {
+                                  std::fprintf(stderr, tty ? "\rhiq bench model: %zu/%zu" : "hiq bench model: %zu/%zu\n",
+                                               done, total);
+                                  if (tty && done == total) std::fputc('\n', stderr);
+                                });
+  if (!report) return report_error("bench model", report.status());
+  const ModelBenchReport& r = *report;
+
+  if (f.json) {
+    nlohmann::json out = {{"gpu", r.gpu},
+                          {"weight_bytes", r.weight_bytes},
+                          {"weight_bytes_per_step", r.weight_bytes_per_step},
+                          {"device_copy_bytes_per_s", r.device_copy_bytes_per_s}};
+    for (const auto& p : r.prefill)
+      out["prefill"].push_back({{"tokens", p.tokens}, {"seconds", p.seconds}, {"tokens_per_s", p.tokens / p.seconds}});
+    for (const auto& d : r.decode)
+      out["decode"].push_back({{"batch", d.batch}, {"context", d.context}, {"step_seconds", d.step_seconds},
+                               {"kv_bytes", d.kv_bytes}, {"floor_seconds", d.floor_seconds}});
+    for (const auto& x : r.restore)
+      out["restore"].push_back({{"codec", std::string(codec_name(x.codec))}, {"prompt", x.prompt},
+                                {"prefix", x.prefix}, {"restored_seconds", x.restored_seconds},
+                                {"recompute_seconds", x.recompute_seconds},
+                                {"logits_relative_error", x.logits_relative_error},
+                                {"same_next_token", x.same_next_token}});
+    std::cout << out.dump(2) << '\n';
+    return 0;
+  }
+  std::cout << r.gpu << ": weights " << format_fixed(static_cast<double>(r.weight_bytes) / 1e9, 2)
+            << " GB, device copy " << format_fixed(r.device_copy_bytes_per_s / 1e12, 2) << " TB/s (read + write)\n\n";
+  Table prefill({"prefill tokens", "ms", "tokens/s"});
+  for (const auto& p : r.prefill)
+    prefill.add_row({std::to_string(p.tokens), ms(p.seconds), format_fixed(p.tokens / p.seconds, 0)});
+  prefill.print(std::cout);
+  std::cout << '\n';
+  Table decode({"decode batch", "context", "step ms", "floor ms", "step / floor"});
+  for (const auto& d : r.decode)
+    decode.add_row({std::to_string(d.batch), std::to_string(d.context), ms(d.step_seconds), ms(d.floor_seconds),
+                    format_fixed(d.step_seconds / d.floor_seconds, 2)});
+  decode.print(std::cout);
+  std::cout << '\n';
+  Table restore({"codec", "restored / prompt", "restore+forward ms", "recompute ms", "speedup", "logits rel. error",
+                 "same next token"});
+  for (const auto& x : r.restore)
+    restore.add_row({std::string(codec_name(x.codec)), std::to_string(x.prefix) + " / " + std::to_string(x.prompt),
+                     ms(x.restored_seconds), ms(x.recompute_seconds),
+                     format_fixed(x.recompute_seconds / x.restored_seconds, 2) + "x",
+                     format_fixed(x.logits_relative_error * 100, 3) + " %", x.same_next_token ? "yes" : "no"});
+  restore.print(std::cout);
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_bench_model_command(CLI::App& bench) {
+  auto f = std::make_shared<ModelBenchFlags>();
+  CLI::App* app = bench.add_subcommand(
+      "model", "CUDA forward pass: prefill tokens/s, decode step vs its memory-bound floor, restored vs recomputed prompts");
+  app->add_option("--model", f->model, "Model directory (config.json and *.safetensors)")->required();
+  app->add_option("--prefill", f->prefill, "Comma-separated prompt lengths")->capture_default_str();
+  app->add_option("--decode-batches", f->decode_batches, "Comma-separated decode batch sizes")->capture_default_str();
+  app->add_option("--decode-context", f->decode_context, "Context tokens of each decoding sequence")
+      ->capture_default_str();
+  app->add_option("--hicache-codec", f->codecs, "Comma-separated codecs of the restore rows")->capture_default_str();
+  app->add_option("--restore-prompt", f->restore_prompt, "Prompt tokens of the restore rows")->capture_default_str();
+  app->add_option("--restore-prefix", f->restore_prefix, "Of which restored from L2")->capture_default_str();
+  app->add_option("--seconds", f->seconds, "Repeat each measurement about this long")->capture_default_str();
+  app->add_flag("--json", f->json, "Print JSON");
+  return [f, app] { return app->parsed() ? run_model_bench_command(*f) : -1; };
+}
+
+}  // namespace hiq::cli

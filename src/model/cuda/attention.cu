@@ -101,7 +101,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
   const int seq_index = blockIdx.y / a.kv_heads, kv_head = blockIdx.y % a.kv_heads;
   const AttentionSequence seq = a.sequences[seq_index];
   const int rows = seq.q_len * group;
-  const int block_row0 = blockIdx.x * kRows;
+  // The last rows see the longest context: start them first, so that the
+  // short blocks fill the tail of the grid instead of the long ones.
+  const int block_row0 = (gridDim.x - 1 - blockIdx.x) * kRows;
   if (block_row0 >= rows) return;
   const int split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -1,6 +1,5 @@
 #include "engine/cpu_model_runner.h"
 
-#include <algorithm>
 
 namespace hiq {
 
@@ -23,7 +22,7 @@ Result<std::vector<TokenId>> CpuModelRunner::forward(std::span<const ForwardItem
     HIQ_ASSIGN_OR_RETURN(std::vector<float> logits,
                          cpu_forward(shape_, weights_, l1_, item.tokens, item.slots, item.first_new,
                                      /*all_logits=*/false, wait_for_restore));
-    next.push_back(static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    next.push_back(item.sampling != nullptr ? sample_token(logits, *item.sampling, *item.rng) : argmax_token(logits));
   }
   return next;
 }

@@ -3,7 +3,8 @@
 // Runs each item of a batch through cpu_forward: the prefix is read from its L1
 // slots — restored from L2 where the item has a load ticket, each layer only
 // once the transfer engine reports that layer done — and the new tokens' KV is
-// written into their slots. The next token is greedy (argmax of the logits).
+// written into their slots. The next token is greedy (argmax of the logits)
+// or sampled as the item asks.
 // Its clock is the wall clock.
 #pragma once
 

@@ -5,8 +5,9 @@
 // prefix is being restored from L2 makes the pass's stream wait, on the
 // device, for each layer of its restore just before that layer's attention
 // (CudaTransferEngine::stream_wait_layer): later layers keep arriving while
-// earlier ones compute. The next token is greedy, chosen on the GPU. Its clock
-// is the wall clock.
+// earlier ones compute. Greedy next tokens are chosen on the GPU; a batch with
+// sampled requests brings their logits back and samples on the host. Its
+// clock is the wall clock.
 #pragma once
 
 #include <chrono>

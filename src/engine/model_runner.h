@@ -6,11 +6,13 @@
 #pragma once
 
 #include <optional>
+#include <random>
 #include <span>
 #include <vector>
 
 #include "cache/radix_cache.h"
 #include "core/status.h"
+#include "engine/sampler.h"
 #include "transfer/transfer_engine.h"
 
 namespace hiq {
@@ -25,13 +27,17 @@ struct ForwardItem {
   size_t restored_begin = 0, restored_end = 0;
   std::optional<Ticket> load;
   bool decode = false;               // a decode step (one new token) rather than a prefill
+  // How to choose the next token: greedy when null. A model runner draws
+  // from `rng` (the request's own stream); the simulator ignores both.
+  const SamplingParams* sampling = nullptr;
+  std::mt19937_64* rng = nullptr;
 };
 
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
   // Computes the KV of every item's new tokens into their slots and returns
-  // each item's next token. A failed restore (the load ticket's error) or a
+  // each item's next token (as its sampling parameters choose it). A failed restore (the load ticket's error) or a
   // failed self-check is returned as an error: the scheduler recomputes.
   virtual Result<std::vector<TokenId>> forward(std::span<const ForwardItem> batch) = 0;
   // The runner's clock, in seconds: virtual for the simulator, wall for a model.

@@ -6,6 +6,12 @@
 #include "core/check.h"
 
 namespace hiq {
+namespace {
+
+// What a forward item carries: null for greedy requests (the fast path).
+const SamplingParams* sampling_of(const Request& r) { return r.sampling.greedy() ? nullptr : &r.sampling; }
+
+}  // namespace
 
 struct Scheduler::Active {
   Request request;
@@ -17,6 +23,8 @@ struct Scheduler::Active {
   size_t restored_begin = 0, restored_end = 0;
   std::optional<Ticket> load;
   CacheLock lock;
+  std::mt19937_64 rng;            // the request's sampling stream, seeded by its SamplingParams
+  bool cancel_requested = false;  // finish at the start of the next step
 };
 
 Scheduler::Scheduler(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
@@ -32,8 +40,24 @@ void Scheduler::submit(Request request, double arrival) {
   a->result.id = request.id;
   a->result.prompt_tokens = request.prompt.size();
   a->result.arrival = arrival;
+  a->rng.seed(request.sampling.seed);
   a->request = std::move(request);
   waiting_.push_back(std::move(a));
+}
+
+bool Scheduler::cancel(uint64_t id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->request.id != id) continue;
+    Active& a = **it;
+    a.result.finish_reason = FinishReason::kCancelled;
+    a.result.request = std::move(a.request);
+    finished_.push_back(std::move(a.result));
+    waiting_.erase(it);
+    return true;
+  }
+  for (auto& a : running_)
+    if (a->request.id == id && !a->cancel_requested) return a->cancel_requested = true;
+  return false;
 }
 
 // Frees what a request holds that the tree does not own, and its lock.
@@ -95,23 +119,32 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
     const size_t fresh = a->tokens.size() - a->cached;
     a->slots.insert(a->slots.end(), a->reserved.begin(), a->reserved.begin() + static_cast<std::ptrdiff_t>(fresh));
     a->reserved.erase(a->reserved.begin(), a->reserved.begin() + static_cast<std::ptrdiff_t>(fresh));
-    items.push_back({a->tokens, a->slots, a->cached, a->restored_begin, a->restored_end, a->load});
+    items.push_back({a->tokens, a->slots, a->cached, a->restored_begin, a->restored_end, a->load,
+                     /*decode=*/false, sampling_of(a->request), &a->rng});
   }
   auto next = runner_.forward(items);
   if (!next) {
     // A restore that failed is recomputed: the whole batch goes back to the
     // queue (its fresh slots freed; the tree settles the failed restore).
+    // Another failure is returned, or, for a server, fails the batch.
     bool restore_failed = false;
     for (auto& a : batch)
       if (a->load && engine_ && !engine_->wait(*a->load).is_ok()) restore_failed = true;
-    if (!restore_failed) return next.status();
+    if (!restore_failed && !options_.fail_requests_on_model_error) return next.status();
     for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
       Active& a = **it;
       std::vector<SlotId> fresh(a.slots.begin() + static_cast<std::ptrdiff_t>(a.cached), a.slots.end());
       HIQ_CHECK(l1_.allocator().free(fresh).is_ok());
       release(a);
       a.slots.clear();
-      waiting_.push_front(std::move(*it));
+      if (restore_failed) {
+        waiting_.push_front(std::move(*it));
+      } else {
+        a.result.status = next.status();
+        a.result.finish_reason = FinishReason::kError;
+        a.result.request = std::move(a.request);
+        finished_.push_back(std::move(a.result));
+      }
     }
     batch.clear();
     return Status::ok();
@@ -121,6 +154,7 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
     Active& a = *batch[i];
     a.result.first_token = now;
     a.result.output.push_back((*next)[i]);
+    new_tokens_.emplace_back(a.request.id, (*next)[i]);
     // The tree takes the prompt's whole pages; from now on read them through it.
     RadixNode* node = cache_.insert(a.tokens, a.slots);
     a.lock = cache_.lock(node);
@@ -138,14 +172,33 @@ Status Scheduler::decode() {
     a->tokens.push_back(a->result.output.back());
     a->slots.push_back(a->reserved.front());
     a->reserved.erase(a->reserved.begin());
-    items.push_back({a->tokens, a->slots, a->tokens.size() - 1, 0, 0, std::nullopt, /*decode=*/true});
+    items.push_back({a->tokens, a->slots, a->tokens.size() - 1, 0, 0, std::nullopt, /*decode=*/true,
+                     sampling_of(a->request), &a->rng});
   }
-  HIQ_ASSIGN_OR_RETURN(std::vector<TokenId> next, runner_.forward(items));
-  for (size_t i = 0; i < running_.size(); ++i) running_[i]->result.output.push_back(next[i]);
+  auto next = runner_.forward(items);
+  if (!next) {
+    if (!options_.fail_requests_on_model_error) return next.status();
+    // The step's token has no valid KV: give its slot back, then finish each
+    // request with what it has (whose KV is valid) and the error.
+    for (auto& a : running_) {
+      a->reserved.insert(a->reserved.begin(), a->slots.back());
+      a->slots.pop_back();
+      a->tokens.pop_back();
+      a->result.status = next.status();
+      finish(*a, FinishReason::kError);
+    }
+    running_.clear();
+    return Status::ok();
+  }
+  for (size_t i = 0; i < running_.size(); ++i) {
+    running_[i]->result.output.push_back((*next)[i]);
+    new_tokens_.emplace_back(running_[i]->request.id, (*next)[i]);
+  }
   return Status::ok();
 }
 
-void Scheduler::finish(Active& a) {
+void Scheduler::finish(Active& a, FinishReason reason) {
+  a.result.finish_reason = reason;
   a.result.finish = runner_.now();
   // The whole sequence whose KV exists: prompt and every output token but the last.
   (void)cache_.insert(a.tokens, a.slots);
@@ -158,10 +211,17 @@ void Scheduler::finish(Active& a) {
 }
 
 Result<bool> Scheduler::step() {
-  // Finish requests that have all their tokens.
+  // Finish requests that were cancelled, generated a stop token, or have all their tokens.
   for (auto it = running_.begin(); it != running_.end();) {
-    if (static_cast<int>((*it)->result.output.size()) >= (*it)->request.max_new_tokens) {
-      finish(**it);
+    Active& a = **it;
+    const std::vector<TokenId>& stops = a.request.stop_token_ids;
+    std::optional<FinishReason> reason;
+    if (a.cancel_requested) reason = FinishReason::kCancelled;
+    else if (!a.result.output.empty() && std::find(stops.begin(), stops.end(), a.result.output.back()) != stops.end())
+      reason = FinishReason::kStop;
+    else if (static_cast<int>(a.result.output.size()) >= a.request.max_new_tokens) reason = FinishReason::kLength;
+    if (reason) {
+      finish(a, *reason);
       it = running_.erase(it);
     } else {
       ++it;
@@ -196,6 +256,7 @@ Result<bool> Scheduler::step() {
     std::unique_ptr<Active> owned = std::move(*it);
     it = waiting_.erase(it);
     if (admission == Admission::kRejected) {
+      owned->result.finish_reason = FinishReason::kError;
       owned->result.request = std::move(owned->request);
       finished_.push_back(std::move(owned->result));
       continue;
@@ -217,6 +278,7 @@ Result<bool> Scheduler::step() {
     waiting_.pop_front();
     a->result.status = resource_exhausted("request " + std::to_string(a->request.id) +
                                           " does not fit in L1 even with everything else evicted");
+    a->result.finish_reason = FinishReason::kError;
     a->result.request = std::move(a->request);
     finished_.push_back(std::move(a->result));
   }
@@ -225,5 +287,7 @@ Result<bool> Scheduler::step() {
 }
 
 std::vector<RequestResult> Scheduler::take_finished() { return std::exchange(finished_, {}); }
+
+std::vector<std::pair<uint64_t, TokenId>> Scheduler::take_new_tokens() { return std::exchange(new_tokens_, {}); }
 
 }  // namespace hiq

@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "cache/radix_cache.h"
@@ -27,6 +28,18 @@ struct SchedulerOptions {
   size_t max_prefill_tokens = 16384;  // new prompt tokens per prefill step (SGLang --max-prefill-tokens)
   size_t max_running_requests = 256;  // requests admitted at once
   size_t in_batch_prefix_tokens = 32;  // defer a request sharing this long a prefix with one in the batch; 0: off
+  // A failed forward pass (other than a failed restore, which is always
+  // recomputed): false returns the error from step() (the simulator, where it
+  // is a bug); true finishes the batch's requests with that error and goes on
+  // (a server, which must survive it).
+  bool fail_requests_on_model_error = false;
+};
+
+enum class FinishReason : uint8_t {
+  kLength,     // max_new_tokens reached
+  kStop,       // a stop token was generated
+  kCancelled,  // cancel() (a client went away, or a stop string was seen)
+  kError,      // rejected, or the model failed: `status` says why
 };
 
 struct RequestResult {
@@ -37,6 +50,7 @@ struct RequestResult {
   size_t cached_l1_tokens = 0;           // prompt tokens found in L1
   size_t cached_l2_tokens = 0;           // prompt tokens restored from L2
   std::vector<TokenId> output;
+  FinishReason finish_reason = FinishReason::kLength;
   double arrival = 0, first_token = 0, finish = 0;  // runner clock, seconds
   double ttft() const { return first_token - arrival; }
 };
@@ -48,10 +62,16 @@ class Scheduler {
   ~Scheduler();
 
   void submit(Request request, double arrival);
+  // Ends request `id`: a waiting one at once, a running one at the start of
+  // the next step (its KV is kept in the tree). False when it is unknown or
+  // already finished.
+  bool cancel(uint64_t id);
   // One iteration. Returns false once nothing is waiting or running; an error
   // is a bug that must stop the run (e.g. the simulated model read wrong KV).
   Result<bool> step();
   std::vector<RequestResult> take_finished();
+  // The tokens generated since the last call, in order: (request id, token).
+  std::vector<std::pair<uint64_t, TokenId>> take_new_tokens();
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }
 
@@ -61,7 +81,8 @@ class Scheduler {
   Admission admit(Active& a);
   Status prefill(std::vector<std::unique_ptr<Active>>& batch);
   Status decode();
-  void finish(Active& a);
+  void finish(Active& a, FinishReason reason);
+  void fail(Active& a, const Status& error);
   void release(Active& a);
 
   RadixCache& cache_;
@@ -72,6 +93,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Active>> waiting_;
   std::vector<std::unique_ptr<Active>> running_;
   std::vector<RequestResult> finished_;
+  std::vector<std::pair<uint64_t, TokenId>> new_tokens_;
 };
 
 }  // namespace hiq

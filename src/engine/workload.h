@@ -17,6 +17,7 @@
 
 #include "cache/radix_cache.h"
 #include "core/status.h"
+#include "engine/sampler.h"
 
 namespace hiq {
 
@@ -25,6 +26,8 @@ struct Request {
   std::vector<TokenId> prompt;
   int max_new_tokens = 0;
   int group = -1;  // the shared-prefix group, for reports; -1 when none
+  SamplingParams sampling;               // greedy by default
+  std::vector<TokenId> stop_token_ids;   // generating one of these ends the request (it is kept in the output)
 };
 
 struct SharedPrefixWorkload {

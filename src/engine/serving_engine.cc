@@ -1,0 +1,196 @@
+#include "engine/serving_engine.h"
+
+#include <utility>
+
+namespace hiq {
+
+std::optional<GenerationEvent> GenerationStream::next(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  GenerationEvent event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+void GenerationStream::push(GenerationEvent event) {
+  {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_one();
+}
+
+namespace {
+SchedulerOptions serving_options(SchedulerOptions o) {
+  o.fail_requests_on_model_error = true;  // a server survives a failed batch
+  return o;
+}
+// How long the idle engine thread sleeps before it polls the transfers again.
+constexpr auto kIdlePoll = std::chrono::milliseconds(20);
+}  // namespace
+
+ServingEngine::ServingEngine(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
+                             SchedulerOptions options)
+    : cache_(cache), l1_(l1), runner_(runner), scheduler_(cache, l1, engine, runner, serving_options(options)) {
+  stats_.l1_free_slots = l1_.allocator().free_count();
+  thread_ = std::thread([this] { loop(); });
+}
+
+ServingEngine::~ServingEngine() { stop(); }
+
+void ServingEngine::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Result<std::shared_ptr<GenerationStream>> ServingEngine::submit(Request request) {
+  if (request.prompt.empty()) return invalid_argument("the prompt is empty");
+  if (request.max_new_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  HIQ_RETURN_IF_ERROR(request.sampling.validate());
+  std::shared_ptr<GenerationStream> stream;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return unavailable("the server is shutting down");
+    request.id = next_id_++;
+    stream = std::make_shared<GenerationStream>(request.id);
+    streams_.emplace(request.id, stream);
+    ++stats_.submitted;
+    submissions_.push_back(std::move(request));
+  }
+  wake_.notify_all();
+  return stream;
+}
+
+void ServingEngine::cancel(uint64_t id) {
+  {
+    std::lock_guard lock(mutex_);
+    cancellations_.push_back(id);
+  }
+  wake_.notify_all();
+}
+
+Status ServingEngine::flush_cache() {
+  std::unique_lock lock(mutex_);
+  if (stopping_) return unavailable("the server is shutting down");
+  flush_requested_ = true;
+  flush_result_.reset();
+  wake_.notify_all();
+  flushed_.wait(lock, [&] { return flush_result_.has_value(); });
+  return *std::exchange(flush_result_, std::nullopt);
+}
+
+ServingStats ServingEngine::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+// Hands the tokens and finished requests of the last step to their streams,
+// and refreshes the stats. Engine thread only.
+void ServingEngine::dispatch() {
+  const auto tokens = scheduler_.take_new_tokens();
+  std::vector<RequestResult> finished = scheduler_.take_finished();
+  std::lock_guard lock(mutex_);
+  for (const auto& [id, token] : tokens) {
+    const auto it = streams_.find(id);
+    if (it != streams_.end()) it->second->push({GenerationEvent::Kind::kToken, token, {}});
+    ++stats_.generated_tokens;
+  }
+  for (RequestResult& r : finished) {
+    ++stats_.finished;
+    if (r.finish_reason == FinishReason::kError) ++stats_.failed;
+    if (r.finish_reason == FinishReason::kCancelled) ++stats_.cancelled;
+    stats_.prompt_tokens += r.prompt_tokens;
+    stats_.cached_l1_tokens += r.cached_l1_tokens;
+    stats_.cached_l2_tokens += r.cached_l2_tokens;
+    const auto it = streams_.find(r.id);
+    if (it == streams_.end()) continue;
+    it->second->push({GenerationEvent::Kind::kFinished, 0, std::move(r)});
+    streams_.erase(it);
+  }
+  stats_.cache = cache_.stats();
+  stats_.waiting = scheduler_.waiting();
+  stats_.running = scheduler_.running();
+  stats_.l1_free_slots = l1_.allocator().free_count();
+}
+
+void ServingEngine::loop() {
+  while (true) {
+    std::vector<Request> submissions;
+    std::vector<uint64_t> cancellations;
+    bool flush = false, stopping = false;
+    {
+      std::unique_lock lock(mutex_);
+      const bool idle = scheduler_.waiting() == 0 && scheduler_.running() == 0;
+      if (idle && submissions_.empty() && cancellations_.empty() && !flush_requested_ && !stopping_)
+        wake_.wait_for(lock, kIdlePoll);
+      submissions.swap(submissions_);
+      cancellations.swap(cancellations_);
+      flush = std::exchange(flush_requested_, false);
+      stopping = stopping_;
+    }
+    for (Request& r : submissions) scheduler_.submit(std::move(r), runner_.now());
+    for (uint64_t id : cancellations) (void)scheduler_.cancel(id);
+    if (stopping) {
+      // Cancel what is left, let the scheduler finish it, and leave.
+      std::vector<uint64_t> ids;
+      {
+        std::lock_guard lock(mutex_);
+        for (const auto& [id, stream] : streams_) ids.push_back(id);
+      }
+      for (uint64_t id : ids) (void)scheduler_.cancel(id);
+      while (scheduler_.running() > 0 || scheduler_.waiting() > 0) {
+        if (!scheduler_.step().is_ok()) break;
+        dispatch();
+      }
+      dispatch();
+      cache_.drain_transfers();
+      std::lock_guard lock(mutex_);
+      if (flush) flush_result_ = unavailable("the server is shutting down");
+      for (auto& [id, stream] : streams_) {  // anything the scheduler could not finish
+        RequestResult r;
+        r.id = id;
+        r.finish_reason = FinishReason::kCancelled;
+        stream->push({GenerationEvent::Kind::kFinished, 0, std::move(r)});
+      }
+      streams_.clear();
+      flushed_.notify_all();
+      return;
+    }
+    if (scheduler_.waiting() > 0 || scheduler_.running() > 0) {
+      const Result<bool> stepped = scheduler_.step();
+      if (!stepped.is_ok()) {
+        // With fail_requests_on_model_error the scheduler only returns
+        // errors for broken invariants: fail every request rather than die.
+        std::vector<uint64_t> ids;
+        {
+          std::lock_guard lock(mutex_);
+          for (const auto& [id, stream] : streams_) ids.push_back(id);
+        }
+        for (uint64_t id : ids) (void)scheduler_.cancel(id);
+      }
+    } else {
+      cache_.poll_transfers();
+    }
+    dispatch();
+    if (flush) {
+      Status result = Status::ok();
+      if (scheduler_.waiting() > 0 || scheduler_.running() > 0) {
+        result = failed_precondition("requests are running; flush the cache when the server is idle");
+      } else {
+        cache_.drain_transfers();
+        cache_.clear();
+      }
+      std::lock_guard lock(mutex_);
+      flush_result_ = std::move(result);
+      stats_.cache = cache_.stats();
+      stats_.l1_free_slots = l1_.allocator().free_count();
+      flushed_.notify_all();
+    }
+  }
+}
+
+}  // namespace hiq

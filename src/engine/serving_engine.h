@@ -1,0 +1,115 @@
+// engine/serving_engine.h — the scheduler behind a server: one engine thread
+// owns the scheduler, the cache and the model runner; any thread submits
+// requests and reads their tokens as they are generated.
+//
+// submit() hands back a GenerationStream, a queue the engine thread fills
+// with the request's tokens, one event per generated token, then one
+// kFinished event carrying the RequestResult (usage, cached tokens by tier,
+// finish reason). cancel() ends a request whose reader went away (or that hit
+// a stop string): a waiting one at once, a running one at its next step, its
+// KV kept in the tree. A failed forward pass fails the requests of that batch
+// and the engine goes on; a failed restore is recomputed by the scheduler.
+//
+// Lifecycle: running → stop() (or destruction): no new requests; running and
+// waiting ones are cancelled and receive their kFinished event; the thread
+// joins. Everything the engine is given must outlive it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cache/radix_cache.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+
+namespace hiq {
+
+struct GenerationEvent {
+  enum class Kind : uint8_t { kToken, kFinished };
+  Kind kind = Kind::kToken;
+  TokenId token = 0;       // kToken: the next generated token
+  RequestResult result;    // kFinished: the whole request
+};
+
+// One request's events, in order. Filled by the engine thread, read by one
+// reader thread.
+class GenerationStream {
+ public:
+  explicit GenerationStream(uint64_t id) : id_(id) {}
+  uint64_t id() const { return id_; }
+  // The next event, waiting up to `timeout`; nullopt when none came.
+  std::optional<GenerationEvent> next(std::chrono::milliseconds timeout);
+
+ private:
+  friend class ServingEngine;
+  void push(GenerationEvent event);
+
+  const uint64_t id_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<GenerationEvent> events_;
+};
+
+// A snapshot for /metrics and reports, refreshed after every engine step.
+struct ServingStats {
+  RadixCacheStats cache;
+  size_t waiting = 0, running = 0;
+  uint64_t submitted = 0, finished = 0, failed = 0, cancelled = 0;
+  uint64_t prompt_tokens = 0, generated_tokens = 0;
+  uint64_t cached_l1_tokens = 0, cached_l2_tokens = 0;  // prompt tokens served from each tier
+  size_t l1_free_slots = 0;
+};
+
+class ServingEngine {
+ public:
+  ServingEngine(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
+                SchedulerOptions options = {});
+  ~ServingEngine();
+  ServingEngine(const ServingEngine&) = delete;
+  ServingEngine& operator=(const ServingEngine&) = delete;
+
+  // Queues `request` (its id is assigned here) and returns its stream.
+  // Errors: an empty prompt or max_new_tokens < 1 (kInvalidArgument), bad
+  // sampling parameters, or an engine that is stopping (kUnavailable).
+  Result<std::shared_ptr<GenerationStream>> submit(Request request);
+  // Ends request `id` if it is still queued or running (see above).
+  void cancel(uint64_t id);
+  // Empties the cache's L1 and L2 (SGLang's /flush_cache) once nothing runs;
+  // kFailedPrecondition while requests are queued or running.
+  Status flush_cache();
+  ServingStats stats() const;
+  // Stops taking requests, cancels the rest, and joins the engine thread.
+  void stop();
+
+ private:
+  void loop();
+  void dispatch();
+
+  RadixCache& cache_;
+  DeviceKvPool& l1_;
+  ModelRunner& runner_;
+  Scheduler scheduler_;
+
+  mutable std::mutex mutex_;              // guards everything below
+  std::condition_variable wake_;
+  std::vector<Request> submissions_;
+  std::vector<uint64_t> cancellations_;
+  bool flush_requested_ = false;
+  std::optional<Status> flush_result_;
+  std::condition_variable flushed_;
+  bool stopping_ = false;
+  uint64_t next_id_ = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<GenerationStream>> streams_;
+  ServingStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace hiq

@@ -1,0 +1,234 @@
+// The serving engine on the CPU backend (a tiny random Qwen3, an L1 pool in
+// host memory, a BF16 L2): concurrent clients each stream exactly their own
+// greedy tokens; stop tokens, cancellation and seeded sampling behave; a
+// failing model fails its batch and the engine goes on; flush_cache and stop
+// leave no slot behind; bad requests are refused.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "engine/cpu_model_runner.h"
+#include "engine/serving_engine.h"
+#include "memory/host_kv_pool.h"
+#include "tiny_model.h"
+#include "transfer/transfer_engine.h"
+
+namespace hiq {
+namespace {
+
+using testing::TinyModel;
+using namespace std::chrono_literals;
+
+std::vector<TokenId> generate_alone(const TinyModel& m, const std::vector<TokenId>& prompt, int new_tokens) {
+  auto l1 = m.pool(256);
+  std::vector<TokenId> tokens = prompt;
+  std::vector<SlotId> slots(prompt.size() + static_cast<size_t>(new_tokens));
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<SlotId>(i);
+  std::vector<TokenId> out;
+  size_t first_new = 0;
+  for (int i = 0; i < new_tokens; ++i) {
+    auto logits = cpu_forward(m.shape, m.weights, *l1, tokens, std::span(slots).first(tokens.size()), first_new);
+    EXPECT_TRUE(logits.is_ok());
+    out.push_back(argmax_token(*logits));
+    first_new = tokens.size();
+    tokens.push_back(out.back());
+  }
+  return out;
+}
+
+std::vector<TokenId> prompt_of(int group, int variant) {
+  std::vector<TokenId> p;
+  for (int i = 0; i < 24; ++i) p.push_back(static_cast<TokenId>((group * 31 + i * 7) % 97));
+  for (int i = 0; i < 5; ++i) p.push_back(static_cast<TokenId>((variant * 13 + i * 5 + 50) % 97));
+  return p;
+}
+
+// Reads a stream to its end: the tokens as they came, and the result.
+struct Read {
+  std::vector<TokenId> tokens;
+  RequestResult result;
+  bool finished = false;
+};
+Read read_all(GenerationStream& s) {
+  Read r;
+  while (auto event = s.next(30s)) {
+    if (event->kind == GenerationEvent::Kind::kToken) {
+      r.tokens.push_back(event->token);
+      continue;
+    }
+    r.result = std::move(event->result);
+    r.finished = true;
+    break;
+  }
+  return r;
+}
+
+// A runner that fails on request, to stand for a broken GPU call.
+class FailingRunner final : public ModelRunner {
+ public:
+  explicit FailingRunner(ModelRunner& inner) : inner_(inner) {}
+  Result<std::vector<TokenId>> forward(std::span<const ForwardItem> batch) override {
+    if (fail_.exchange(false)) return internal_error("injected model failure");
+    return inner_.forward(batch);
+  }
+  double now() const override { return inner_.now(); }
+  void advance_to(double t) override { inner_.advance_to(t); }
+  std::atomic<bool> fail_{false};
+
+ private:
+  ModelRunner& inner_;
+};
+
+class ServingEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    l1_ = model_.pool(128);
+    HostKvPoolOptions o;
+    o.codec = CodecKind::kBf16;
+    o.ratio = 4;
+    l2_ = std::move(*HostKvPool::create(l1_->geometry(), o, l1_->num_slots()));
+    transfer_ = std::move(*make_cpu_transfer_engine(*l1_, *l2_));
+    runner_ = std::make_unique<CpuModelRunner>(model_.shape, model_.weights, *l1_, transfer_.get());
+    failing_ = std::make_unique<FailingRunner>(*runner_);
+    cache_ = std::make_unique<RadixCache>(*l1_, l2_.get(), transfer_.get());
+    engine_ = std::make_unique<ServingEngine>(*cache_, *l1_, transfer_.get(), *failing_);
+  }
+  void TearDown() override {
+    engine_.reset();
+    cache_.reset();
+  }
+  Request request(std::vector<TokenId> prompt, int max_new_tokens) {
+    Request r;
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = max_new_tokens;
+    return r;
+  }
+
+  TinyModel model_;
+  std::unique_ptr<DeviceKvPool> l1_;
+  std::unique_ptr<HostKvPool> l2_;
+  std::unique_ptr<TransferEngine> transfer_;
+  std::unique_ptr<CpuModelRunner> runner_;
+  std::unique_ptr<FailingRunner> failing_;
+  std::unique_ptr<RadixCache> cache_;
+  std::unique_ptr<ServingEngine> engine_;
+};
+
+TEST_F(ServingEngineTest, ConcurrentClientsStreamExactlyTheirOwnGreedyTokens) {
+  constexpr int kClients = 4, kEach = 5, kNew = 6;
+  std::vector<std::vector<Read>> reads(kClients);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c)
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < kEach; ++i) {
+        auto stream = engine_->submit(request(prompt_of(i % 3, c), kNew));
+        ASSERT_TRUE(stream.is_ok());
+        reads[static_cast<size_t>(c)].push_back(read_all(**stream));
+      }
+    });
+  for (auto& t : clients) t.join();
+  size_t l1_hits = 0;
+  for (int c = 0; c < kClients; ++c)
+    for (int i = 0; i < kEach; ++i) {
+      const Read& r = reads[static_cast<size_t>(c)][static_cast<size_t>(i)];
+      ASSERT_TRUE(r.finished);
+      ASSERT_TRUE(r.result.status.is_ok()) << r.result.status.to_string();
+      EXPECT_EQ(r.result.finish_reason, FinishReason::kLength);
+      EXPECT_EQ(r.tokens, r.result.output);
+      EXPECT_EQ(r.tokens, generate_alone(model_, prompt_of(i % 3, c), kNew)) << "client " << c << " request " << i;
+      l1_hits += r.result.cached_l1_tokens;
+    }
+  EXPECT_GT(l1_hits, 0u) << "clients share prefixes";
+  const ServingStats stats = engine_->stats();
+  EXPECT_EQ(stats.finished, static_cast<uint64_t>(kClients * kEach));
+  EXPECT_EQ(stats.generated_tokens, static_cast<uint64_t>(kClients * kEach * kNew));
+}
+
+TEST_F(ServingEngineTest, AStopTokenEndsTheRequest) {
+  const auto prompt = prompt_of(1, 1);
+  const auto alone = generate_alone(model_, prompt, 6);
+  Request r = request(prompt, 6);
+  r.stop_token_ids = {alone[2]};
+  auto stream = engine_->submit(std::move(r));
+  ASSERT_TRUE(stream.is_ok());
+  const Read read = read_all(**stream);
+  ASSERT_TRUE(read.finished);
+  EXPECT_EQ(read.result.finish_reason, FinishReason::kStop);
+  // The first occurrence of the stop token ends it (it may come earlier than step 2).
+  const auto first = std::find(alone.begin(), alone.end(), alone[2]);
+  EXPECT_EQ(read.tokens, std::vector<TokenId>(alone.begin(), first + 1));
+}
+
+TEST_F(ServingEngineTest, CancellingARunningRequestEndsItAndKeepsNoSlot) {
+  auto stream = engine_->submit(request(prompt_of(2, 0), 90));
+  ASSERT_TRUE(stream.is_ok());
+  auto first = (*stream)->next(30s);
+  ASSERT_TRUE(first && first->kind == GenerationEvent::Kind::kToken);
+  engine_->cancel((*stream)->id());
+  const Read rest = read_all(**stream);
+  ASSERT_TRUE(rest.finished);
+  EXPECT_EQ(rest.result.finish_reason, FinishReason::kCancelled);
+  EXPECT_LT(rest.result.output.size(), 90u);
+  EXPECT_EQ(engine_->stats().cancelled, 1u);
+  ASSERT_TRUE(engine_->flush_cache().is_ok());
+  EXPECT_EQ(engine_->stats().l1_free_slots, l1_->num_slots());
+}
+
+TEST_F(ServingEngineTest, SeededSamplingIsReproducible) {
+  const auto sampled = [&](uint64_t seed) {
+    Request r = request(prompt_of(0, 3), 8);
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = seed;
+    auto stream = engine_->submit(std::move(r));
+    EXPECT_TRUE(stream.is_ok());
+    return read_all(**stream).tokens;
+  };
+  const auto a = sampled(5), b = sampled(5), c = sampled(6);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_NE(a, generate_alone(model_, prompt_of(0, 3), 8)) << "temperature 1 should not be greedy here";
+}
+
+TEST_F(ServingEngineTest, AFailingModelFailsItsBatchAndTheEngineGoesOn) {
+  failing_->fail_ = true;
+  auto failed = engine_->submit(request(prompt_of(0, 0), 4));
+  ASSERT_TRUE(failed.is_ok());
+  const Read r = read_all(**failed);
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.result.finish_reason, FinishReason::kError);
+  EXPECT_NE(r.result.status.message().find("injected"), std::string::npos);
+  auto ok = engine_->submit(request(prompt_of(0, 0), 4));
+  ASSERT_TRUE(ok.is_ok());
+  const Read good = read_all(**ok);
+  ASSERT_TRUE(good.result.status.is_ok());
+  EXPECT_EQ(good.tokens, generate_alone(model_, prompt_of(0, 0), 4));
+  ASSERT_TRUE(engine_->flush_cache().is_ok());
+  EXPECT_EQ(engine_->stats().l1_free_slots, l1_->num_slots());
+}
+
+TEST_F(ServingEngineTest, BadRequestsAreRefusedAndStopEndsEverything) {
+  EXPECT_EQ(engine_->submit(request({}, 4)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->submit(request({1, 2}, 0)).status().code(), StatusCode::kInvalidArgument);
+  Request hot = request({1, 2}, 4);
+  hot.sampling.temperature = 3.0f;
+  EXPECT_EQ(engine_->submit(std::move(hot)).status().code(), StatusCode::kInvalidArgument);
+  Request huge = request(prompt_of(1, 2), 1000);  // more slots than L1 has
+  auto rejected = engine_->submit(std::move(huge));
+  ASSERT_TRUE(rejected.is_ok());
+  const Read r = read_all(**rejected);
+  EXPECT_EQ(r.result.finish_reason, FinishReason::kError);
+  EXPECT_EQ(r.result.status.code(), StatusCode::kResourceExhausted);
+
+  auto long_running = engine_->submit(request(prompt_of(2, 2), 90));
+  ASSERT_TRUE(long_running.is_ok());
+  ASSERT_TRUE((*long_running)->next(30s).has_value());
+  engine_->stop();
+  const Read ended = read_all(**long_running);
+  ASSERT_TRUE(ended.finished);
+  EXPECT_EQ(ended.result.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(engine_->submit(request({1, 2}, 4)).status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace hiq

@@ -66,6 +66,13 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// 2^x on the special-function unit (exact at −inf: 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -128,6 +135,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
     row_position[h] = row_valid[h] ? first_position + row_token[h] : -1;
   }
   const bool warp_active = block_row0 + warp * kRowsPerWarp < rows;
+  // The position of the warp's first row: a tile that ends at or before it,
+  // and inside the context, needs no mask for any row of the warp.
+  const int warp_first_position = first_position + (block_row0 + warp * kRowsPerWarp) / group;
 
   // Q fragments (A operand, row-major 16 × D), loaded once.
   uint32_t q_frag[D / 16][4];
@@ -184,15 +194,17 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
           mma_bf16(s[n + 1], q_frag[kk], b[2], b[3]);
         }
 
-      // Mask, then the online softmax of each row.
+      // Mask (only tiles that reach the diagonal or the context's end), then
+      // the online softmax of each row.
       float tile_max[2] = {-INFINITY, -INFINITY};
+      const bool unmasked = kv0 + kTile <= kv_end && kv0 + kTile - 1 <= warp_first_position;
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int h = e / 2;
           const int token = kv0 + n * 8 + (lane % 4) * 2 + e % 2;
-          const bool visible = token < kv_end && token <= row_position[h];
+          const bool visible = unmasked || (token < kv_end && token <= row_position[h]);
           s[n][e] = visible ? s[n][e] * scale_log2 : -INFINITY;
           tile_max[h] = fmaxf(tile_max[h], s[n][e]);
         }
@@ -205,14 +217,14 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
         // A row that has seen nothing yet keeps max −inf: subtract 0 instead
         // of −inf, so every exponent below is exp2(−inf) = 0, never NaN.
         const float base = new_max == -INFINITY ? 0.f : new_max;
-        correction[h] = exp2f(row_max[h] - base);
+        correction[h] = fast_exp2(row_max[h] - base);
         row_max[h] = new_max;
         row_sum[h] *= correction[h];
 #pragma unroll
         for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
           for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            s[n][e] = exp2f(s[n][e] - base);
+            s[n][e] = fast_exp2(s[n][e] - base);
             row_sum[h] += s[n][e];
           }
       }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cfloat>
 
 #include "cuda/check.cuh"
@@ -42,9 +43,45 @@ __global__ void gather_rows_kernel(const bf16* table, const int32_t* rows, int w
   }
 }
 
+// Eight BF16 values: one 16-byte access.
+struct alignas(16) Bf16x8 {
+  __nv_bfloat162 v[4];
+};
+
+// One block per row. Rows whose width is a multiple of 8 go 16 bytes at a time.
 __global__ void add_rms_norm_kernel(bf16* x, const bf16* delta, const bf16* weight, int width, float eps, bf16* out) {
   const int64_t base = static_cast<int64_t>(blockIdx.x) * width;
   float squares = 0.f;
+  if (width % 8 == 0) {
+    auto* x8 = reinterpret_cast<Bf16x8*>(x + base);
+    const auto* d8 = reinterpret_cast<const Bf16x8*>(delta + base);
+    for (int i = threadIdx.x; i < width / 8; i += blockDim.x) {
+      Bf16x8 v = x8[i];
+      if (delta != nullptr) {
+        const Bf16x8 d = d8[i];
+        for (int j = 0; j < 4; ++j) v.v[j] = __floats2bfloat162_rn(__low2float(v.v[j]) + __low2float(d.v[j]),
+                                                                   __high2float(v.v[j]) + __high2float(d.v[j]));
+        x8[i] = v;
+      }
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(v.v[j]);
+        squares += f.x * f.x + f.y * f.y;
+      }
+    }
+    const float rstd = rsqrtf(block_sum(squares) / static_cast<float>(width) + eps);
+    const auto* w8 = reinterpret_cast<const Bf16x8*>(weight);
+    auto* o8 = reinterpret_cast<Bf16x8*>(out + base);
+    for (int i = threadIdx.x; i < width / 8; i += blockDim.x) {
+      const Bf16x8 v = x8[i], w = w8[i];
+      Bf16x8 o;
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(v.v[j]), g = __bfloat1622float2(w.v[j]);
+        o.v[j] = __floats2bfloat162_rn(round_bf16(f.x * rstd) * g.x, round_bf16(f.y * rstd) * g.y);
+      }
+      o8[i] = o;
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
     float v = to_float(x[base + i]);
     if (delta != nullptr) {
@@ -135,12 +172,29 @@ __global__ void qkv_finish_kernel(QkvArgs a) {
   }
 }
 
-__global__ void silu_mul_kernel(const bf16* gate_up, int64_t n, int width, bf16* out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+__device__ __forceinline__ float silu_times(float g, float u) { return round_bf16(g / (1.f + expf(-g))) * u; }
+
+// Eight outputs per thread when the width is a multiple of 8, else one.
+__global__ void silu_mul_kernel(const bf16* gate_up, int64_t rows, int width, bf16* out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if (width % 8 == 0) {
+    const int64_t groups = rows * (width / 8);
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < groups; i += stride) {
+      const int64_t r = i / (width / 8), c = i % (width / 8);
+      const Bf16x8 g = reinterpret_cast<const Bf16x8*>(gate_up + r * 2 * width)[c];
+      const Bf16x8 u = reinterpret_cast<const Bf16x8*>(gate_up + r * 2 * width + width)[c];
+      Bf16x8 o;
+      for (int j = 0; j < 4; ++j) {
+        const float2 gf = __bfloat1622float2(g.v[j]), uf = __bfloat1622float2(u.v[j]);
+        o.v[j] = __floats2bfloat162_rn(silu_times(gf.x, uf.x), silu_times(gf.y, uf.y));
+      }
+      reinterpret_cast<Bf16x8*>(out + r * width)[c] = o;
+    }
+    return;
+  }
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * width; i += stride) {
     const int64_t r = i / width, c = i % width;
-    const float g = to_float(gate_up[r * 2 * width + c]), u = to_float(gate_up[r * 2 * width + width + c]);
-    out[i] = __float2bfloat16_rn(round_bf16(g / (1.f + expf(-g))) * u);
+    out[i] = __float2bfloat16_rn(silu_times(to_float(gate_up[r * 2 * width + c]), to_float(gate_up[r * 2 * width + width + c])));
   }
 }
 
@@ -179,7 +233,8 @@ Status launch_gather_rows(const bf16* table, const int32_t* rows, int n, int wid
 Status launch_add_rms_norm(bf16* x, const bf16* delta, const bf16* weight, int rows, int width, float eps, bf16* out,
                            cudaStream_t stream) {
   if (rows == 0) return Status::ok();
-  const int threads = width >= 4096 ? 1024 : width >= 1024 ? 256 : 64;
+  const int per_thread = width % 8 == 0 ? 8 : 1;  // elements per access
+  const int threads = std::clamp((width / per_thread + 31) / 32 * 32, 32, 1024);
   add_rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, delta, weight, width, eps, out);
   return cuda_status(cudaGetLastError(), "add_rms_norm_kernel");
 }
@@ -202,7 +257,7 @@ Status launch_qkv_finish(const QkvArgs& a, cudaStream_t stream) {
 Status launch_silu_mul(const bf16* gate_up, int rows, int width, bf16* out, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(rows) * width;
   if (n == 0) return Status::ok();
-  silu_mul_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(gate_up, n, width, out);
+  silu_mul_kernel<<<elementwise_blocks(width % 8 == 0 ? n / 8 : n), 256, 0, stream>>>(gate_up, rows, width, out);
   return cuda_status(cudaGetLastError(), "silu_mul_kernel");
 }
 

@@ -1,0 +1,201 @@
+// server/openai.h — the OpenAI-compatible wire protocol of `hiq serve`, as pure
+// functions over request bodies and response text: no sockets, no threads,
+// no engine. It owns
+//   - parsing and validating POST /v1/completions and /v1/chat/completions
+//     bodies into CompletionRequest / ChatRequest, under ProtocolLimits;
+//   - the error shape ({"error": {message, type, param, code}}) and the
+//     mapping from a hiq Status to an HTTP status;
+//   - the response bodies, whole (non-streaming) or as server-sent events.
+// The HTTP layer (cpp-httplib, elsewhere) calls these and writes the bytes.
+//
+// What a request may ask for, in short: one prompt (text or token ids), one
+// choice (n = 1), sampling by temperature / top_p / top_k / seed, up to four
+// stop strings, streaming with an optional usage chunk. Everything else a
+// client can send falls in two groups. Parameters we know but do not
+// implement (logprobs, echo, penalties, logit_bias, tools, batch prompts, …)
+// are accepted only at their default value and otherwise refused with a 400
+// that names them, so a client never gets silently different behaviour.
+// Parameters we do not know are ignored, because OpenAI clients send extras
+// (user, metadata, vendor fields). docs/server.md lists every field.
+//
+// Parse errors are Status values (kInvalidArgument for a malformed field,
+// kOutOfRange for a value beyond ProtocolLimits, kNotFound for an unknown
+// model). A message about one parameter starts with "parameter '<name>'",
+// which protocol_error() turns into the error's `param`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace hiq {
+
+// ---- requests ------------------------------------------------------------------------------
+
+struct ProtocolLimits {
+  size_t max_body_bytes = 8u << 20;     // a request body larger than this is refused before parsing
+  int max_json_depth = 64;              // deepest nesting of objects/arrays in a body (real ones need < 10)
+  size_t max_prompt_bytes = 1u << 20;   // UTF-8 bytes of a text prompt, or of all chat message contents together
+  int max_prompt_tokens = 32768;        // length of a token-id prompt
+  int64_t vocab_size = 0;               // token ids must be below this; 0: only checked to be in [0, 2^31)
+  int max_messages = 1024;              // messages in one chat request
+  int max_max_tokens = 32768;           // largest max_tokens a request may ask for
+  int default_completion_max_tokens = 16;  // /v1/completions without max_tokens (OpenAI's default)
+  int default_chat_max_tokens = 32768;  // /v1/chat/completions without max_tokens; the server clips it to the context
+  size_t max_stop_bytes = 256;          // longest stop string
+  int max_stop_token_ids = 64;          // entries of stop_token_ids
+  std::string served_model;             // a request naming another model is refused (404); empty: any name accepted
+
+  // Errors name the first field out of range.
+  Status validate() const;
+};
+
+// What both endpoints share: how long to generate, how to sample, when to stop.
+struct GenerationParams {
+  int max_tokens = 16;                  // tokens to generate at most (≥ 1)
+  double temperature = 1.0;             // [0, 2]; 0: greedy (OpenAI's default is 1)
+  double top_p = 1.0;                   // (0, 1]
+  int top_k = -1;                       // -1: all tokens; otherwise ≥ 1 (vLLM/SGLang extension)
+  std::optional<uint64_t> seed;         // absent: the server draws one
+  std::vector<std::string> stop;        // at most 4 non-empty strings; output ends before the first match
+  std::vector<int32_t> stop_token_ids;  // generating one of these ends the request (vLLM/SGLang extension)
+  bool ignore_eos = false;              // keep generating past end-of-sequence (SGLang/vLLM extension, bench_serving)
+  bool stream = false;                  // answer with server-sent events
+  bool include_usage = false;           // stream_options.include_usage: a usage chunk before [DONE]
+};
+
+// POST /v1/completions. Exactly one of prompt_text / prompt_token_ids is non-empty.
+struct CompletionRequest {
+  std::string model;                    // as sent, or ProtocolLimits::served_model when absent
+  std::string prompt_text;              // "prompt": "..." or ["..."]
+  std::vector<int32_t> prompt_token_ids;  // "prompt": [1, 2, 3] or [[1, 2, 3]]
+  GenerationParams params;
+
+  bool prompt_is_tokens() const { return !prompt_token_ids.empty(); }
+};
+
+// One chat turn. `role` is system, developer, user or assistant; a content
+// given as text parts is joined with "\n" (as vLLM does).
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// POST /v1/chat/completions. The chat template is applied by the caller.
+struct ChatRequest {
+  std::string model;                    // as sent, or ProtocolLimits::served_model when absent
+  std::vector<ChatMessage> messages;    // at least one
+  GenerationParams params;
+};
+
+// Parses and validates a request body. Nothing is thrown; every refusal is a
+// Status as described at the top of this file.
+Result<CompletionRequest> parse_completion_request(std::string_view body, const ProtocolLimits& limits);
+Result<ChatRequest> parse_chat_request(std::string_view body, const ProtocolLimits& limits);
+
+// ---- errors --------------------------------------------------------------------------------
+
+// An error as the client sees it. `type` is OpenAI's category:
+// invalid_request_error (400, 404), rate_limit_error (429),
+// service_unavailable_error (503), server_error (500).
+struct ProtocolError {
+  int http_status = 500;
+  std::string type = "server_error";
+  std::string param;                    // the request parameter at fault; empty: none (null in JSON)
+  std::string message;
+  std::string code;                     // a machine-readable code ("model_not_found"); empty: null in JSON
+};
+
+// The HTTP status a refused request gets. kInvalidArgument and kOutOfRange:
+// 400; kNotFound: 404 (the only one the parsers return is an unknown model);
+// kResourceExhausted: `resource_exhausted_status` — 503 by default, for a
+// server that is full for now (queue, KV budget), or 429 where the caller
+// knows the limit is the client's own (rate limiting); kUnavailable: 503;
+// everything else (and OK, which is a caller bug) 500. `param` comes from a
+// message that starts with "parameter '<name>'".
+ProtocolError protocol_error(const Status& status, int resource_exhausted_status = 503);
+
+// {"error": {"message": ..., "type": ..., "param": ... | null, "code": ... | null}}
+std::string error_body(const ProtocolError& error);
+
+// ---- responses -----------------------------------------------------------------------------
+
+enum class FinishReason : uint8_t {
+  kStop,    // end-of-sequence, a stop token or a stop string
+  kLength,  // max_tokens reached, or the context is full
+};
+std::string_view finish_reason_name(FinishReason reason);  // "stop", "length"
+
+// Token counts of one request. cached = prompt tokens served from the KV
+// cache instead of being computed, split by the tier they were found in.
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens_device = 0;     // prefix found in L1 (GPU memory)
+  int64_t cached_tokens_host = 0;       // prefix restored from L2 (host memory)
+};
+
+// Identifies one response; every chunk of a stream repeats it.
+struct ResponseMeta {
+  std::string id;                       // "cmpl-…" / "chatcmpl-…", made by the caller
+  std::string model;
+  int64_t created = 0;                  // Unix seconds, from the caller's clock
+};
+
+// The one choice of a finished request. `token_ids` is written (vLLM's
+// field) only when the server runs in token-id mode.
+struct Choice {
+  std::string text;
+  FinishReason finish_reason = FinishReason::kStop;
+  std::optional<std::vector<int32_t>> token_ids;
+};
+
+// Whole responses. Text is JSON-escaped with invalid UTF-8 replaced by U+FFFD,
+// so a token that ends mid-character cannot break the body.
+//   {"id", "object": "text_completion", "created", "model",
+//    "choices": [{"index": 0, "text", "logprobs": null, "finish_reason"[, "token_ids"]}],
+//    "usage": {"prompt_tokens", "completion_tokens", "total_tokens",
+//              "prompt_tokens_details": {"cached_tokens"},
+//              "hiq_cached_tokens_by_tier": {"device", "host"}}}
+std::string completion_response(const ResponseMeta& meta, const Choice& choice, const Usage& usage);
+// As above with "object": "chat.completion" and, in the choice,
+// "message": {"role": "assistant", "content"} in place of "text".
+std::string chat_response(const ResponseMeta& meta, const Choice& choice, const Usage& usage);
+
+// ---- streaming (server-sent events) -----------------------------------------------------------
+//
+// A stream is a sequence of events "data: <json>\n\n" ended by
+// "data: [DONE]\n\n". Completions: text chunks, the last of which carries the
+// finish_reason. Chat: a role chunk (delta {"role": "assistant", "content": ""}),
+// content chunks (delta {"content"}), a finish chunk (delta {} and the
+// finish_reason). With include_usage every chunk carries "usage": null and a
+// last chunk with "choices": [] carries the usage, as OpenAI does.
+
+struct StreamContext {
+  ResponseMeta meta;
+  bool include_usage = false;
+};
+
+// object "text_completion"; finish_reason null until `finish` is given.
+std::string completion_chunk(const StreamContext& stream, std::string_view text,
+                             std::optional<FinishReason> finish = std::nullopt,
+                             const std::vector<int32_t>* token_ids = nullptr);
+// object "chat.completion.chunk".
+std::string chat_role_chunk(const StreamContext& stream);
+std::string chat_content_chunk(const StreamContext& stream, std::string_view text,
+                               const std::vector<int32_t>* token_ids = nullptr);
+std::string chat_finish_chunk(const StreamContext& stream, FinishReason finish);
+// The usage chunk; `chat` picks the object name.
+std::string usage_chunk(const StreamContext& stream, bool chat, const Usage& usage);
+// An error after the stream has started (the HTTP status is already sent):
+// "data: {"error": ...}\n\n"; send done_event() after it.
+std::string error_event(const ProtocolError& error);
+// "data: [DONE]\n\n".
+std::string done_event();
+
+}  // namespace hiq

@@ -23,8 +23,8 @@ void require(bool promise) {
   if (!promise) __builtin_trap();
 }
 
-hiq::ProtocolLimits fuzz_limits() {
-  hiq::ProtocolLimits limits;
+hiq::openai::ProtocolLimits fuzz_limits() {
+  hiq::openai::ProtocolLimits limits;
   limits.max_body_bytes = 4096;
   limits.max_json_depth = 16;
   limits.max_prompt_bytes = 512;
@@ -39,7 +39,7 @@ hiq::ProtocolLimits fuzz_limits() {
   return limits;
 }
 
-void check_params(const hiq::GenerationParams& p, const hiq::ProtocolLimits& limits) {
+void check_params(const hiq::openai::GenerationParams& p, const hiq::openai::ProtocolLimits& limits) {
   require(p.max_tokens >= 1 && p.max_tokens <= limits.max_max_tokens);
   require(p.temperature >= 0 && p.temperature <= 2);
   require(p.top_p > 0 && p.top_p <= 1);
@@ -52,9 +52,9 @@ void check_params(const hiq::GenerationParams& p, const hiq::ProtocolLimits& lim
 }
 
 void check_refusal(const hiq::Status& status) {
-  const hiq::ProtocolError e = hiq::protocol_error(status);
+  const hiq::openai::ProtocolError e = hiq::openai::protocol_error(status);
   require(e.http_status == 400 || e.http_status == 404);  // a 500 means the parser has a bug
-  require(nlohmann::json::accept(hiq::error_body(e)));
+  require(nlohmann::json::accept(hiq::openai::error_body(e)));
 }
 
 bool is_json_event(const std::string& event) {
@@ -65,10 +65,10 @@ bool is_json_event(const std::string& event) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const hiq::ProtocolLimits limits = fuzz_limits();
+  static const hiq::openai::ProtocolLimits limits = fuzz_limits();
   const std::string_view body(reinterpret_cast<const char*>(data), size);
 
-  const auto completion = hiq::parse_completion_request(body, limits);
+  const auto completion = hiq::openai::parse_completion_request(body, limits);
   if (completion.is_ok()) {
     require(completion->prompt_text.empty() != completion->prompt_token_ids.empty());
     require(completion->prompt_text.size() <= limits.max_prompt_bytes);
@@ -80,11 +80,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_refusal(completion.status());
   }
 
-  const auto chat = hiq::parse_chat_request(body, limits);
+  const auto chat = hiq::openai::parse_chat_request(body, limits);
   if (chat.is_ok()) {
     require(!chat->messages.empty() && chat->messages.size() <= static_cast<size_t>(limits.max_messages));
     size_t bytes = 0;
-    for (const hiq::ChatMessage& m : chat->messages) bytes += m.content.size();
+    for (const hiq::openai::ChatMessage& m : chat->messages) bytes += m.content.size();
     require(bytes <= limits.max_prompt_bytes);
     check_params(chat->params, limits);
   } else {
@@ -102,11 +102,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   require(std::string_view(body).starts_with(released));
   if (!matcher.stopped()) require(released.size() == size);
 
-  hiq::StreamContext stream;
+  hiq::openai::StreamContext stream;
   stream.meta = {.id = "cmpl-fuzz", .model = "m", .created = 1};
-  hiq::Choice choice;
+  hiq::openai::Choice choice;
   choice.text = body;
-  require(nlohmann::json::accept(hiq::chat_response(stream.meta, choice, {})));
-  require(is_json_event(hiq::completion_chunk(stream, body)));
+  require(nlohmann::json::accept(hiq::openai::chat_response(stream.meta, choice, {})));
+  require(is_json_event(hiq::openai::completion_chunk(stream, body)));
   return 0;
 }

@@ -20,7 +20,7 @@
 #include "expect_error.h"
 #include "server/stop_matcher.h"
 
-namespace hiq {
+namespace hiq::openai {
 namespace {
 
 using nlohmann::json;
@@ -972,4 +972,4 @@ TEST(OpenAiCorpus, EveryFileParsesOrFailsAsItsNameSays) {
 }
 
 }  // namespace
-}  // namespace hiq
+}  // namespace hiq::openai

@@ -73,9 +73,10 @@ Scheduler::Admission Scheduler::admit(Active& a) {
   // At most every token but the last comes from the cache: the last is always
   // computed, for the logits of the first output token.
   const size_t usable = (prompt.size() - 1) / page * page;
-  PrefixMatch m = cache_.match_prefix(prompt);
+  // Match only what may be used, so that a prompt cached whole — in L2 too —
+  // still has its usable part restored rather than recomputed.
+  PrefixMatch m = cache_.match_prefix(std::span(prompt).first(usable));
   a.slots = m.l1_slots;
-  if (a.slots.size() > usable) a.slots.resize(usable);
   a.lock = cache_.lock(m.l1_node);
   a.load.reset();
   a.restored_begin = a.restored_end = a.slots.size();

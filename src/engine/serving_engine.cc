@@ -30,8 +30,12 @@ constexpr auto kIdlePoll = std::chrono::milliseconds(20);
 }  // namespace
 
 ServingEngine::ServingEngine(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
-                             SchedulerOptions options)
-    : cache_(cache), l1_(l1), runner_(runner), scheduler_(cache, l1, engine, runner, serving_options(options)) {
+                             SchedulerOptions options, const HostKvPool* l2)
+    : cache_(cache),
+      l1_(l1),
+      l2_(l2),
+      runner_(runner),
+      scheduler_(cache, l1, engine, runner, serving_options(options)) {
   stats_.l1_free_slots = l1_.allocator().free_count();
   thread_ = std::thread([this] { loop(); });
 }
@@ -115,6 +119,7 @@ void ServingEngine::dispatch() {
   stats_.waiting = scheduler_.waiting();
   stats_.running = scheduler_.running();
   stats_.l1_free_slots = l1_.allocator().free_count();
+  if (l2_ != nullptr) stats_.l2_used_tokens = l2_->capacity_tokens() - l2_->allocator().free_count();
 }
 
 void ServingEngine::loop() {

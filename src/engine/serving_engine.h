@@ -29,6 +29,7 @@
 #include "cache/radix_cache.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
+#include "memory/host_kv_pool.h"
 
 namespace hiq {
 
@@ -66,12 +67,14 @@ struct ServingStats {
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t cached_l1_tokens = 0, cached_l2_tokens = 0;  // prompt tokens served from each tier
   size_t l1_free_slots = 0;
+  size_t l2_used_tokens = 0;  // 0 without a host tier
 };
 
 class ServingEngine {
  public:
+  // `l2` (null without a host tier) is only read, for stats.
   ServingEngine(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
-                SchedulerOptions options = {});
+                SchedulerOptions options = {}, const HostKvPool* l2 = nullptr);
   ~ServingEngine();
   ServingEngine(const ServingEngine&) = delete;
   ServingEngine& operator=(const ServingEngine&) = delete;
@@ -95,6 +98,7 @@ class ServingEngine {
 
   RadixCache& cache_;
   DeviceKvPool& l1_;
+  const HostKvPool* l2_;
   ModelRunner& runner_;
   Scheduler scheduler_;
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace hiq {
+namespace hiq::openai {
 namespace {
 
 using nlohmann::json;
@@ -721,4 +721,4 @@ std::string error_event(const ProtocolError& error) { return "data: " + error_bo
 
 std::string done_event() { return "data: [DONE]\n\n"; }
 
-}  // namespace hiq
+}  // namespace hiq::openai

@@ -6,7 +6,9 @@
 //   - the error shape ({"error": {message, type, param, code}}) and the
 //     mapping from a hiq Status to an HTTP status;
 //   - the response bodies, whole (non-streaming) or as server-sent events.
-// The HTTP layer (cpp-httplib, elsewhere) calls these and writes the bytes.
+// The HTTP layer (server/http_server.h) calls these and writes the bytes.
+// Everything here is in namespace hiq::openai: its ChatMessage and
+// FinishReason are the wire's, not the tokenizer's or the scheduler's.
 //
 // What a request may ask for, in short: one prompt (text or token ids), one
 // choice (n = 1), sampling by temperature / top_p / top_k / seed, up to four
@@ -33,7 +35,7 @@
 
 #include "core/status.h"
 
-namespace hiq {
+namespace hiq::openai {
 
 // ---- requests ------------------------------------------------------------------------------
 
@@ -198,4 +200,4 @@ std::string error_event(const ProtocolError& error);
 // "data: [DONE]\n\n".
 std::string done_event();
 
-}  // namespace hiq
+}  // namespace hiq::openai

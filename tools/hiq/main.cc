@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
       hiq::cli::add_sim_command(app),
       hiq::cli::add_bench_command(app),
       hiq::cli::add_generate_command(app),
+      hiq::cli::add_serve_command(app),
   };
   try {
     app.parse(argc, argv);

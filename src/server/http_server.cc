@@ -1,0 +1,450 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <optional>
+#include <random>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "server/metrics.h"
+#include "server/stop_matcher.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hiq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A request ready for the engine, with what the response needs.
+struct Job {
+  Request request;
+  openai::GenerationParams params;
+  std::string model;
+  bool chat = false;
+  bool token_mode = false;  // return token_ids (token-id prompt, or no tokenizer)
+};
+
+void write_error(httplib::Response& res, const openai::ProtocolError& error) {
+  res.status = error.http_status;
+  res.set_content(openai::error_body(error), "application/json");
+}
+void write_status(httplib::Response& res, const Status& status) { write_error(res, openai::protocol_error(status)); }
+
+openai::FinishReason finish_reason_of(FinishReason reason) {
+  return reason == FinishReason::kLength ? openai::FinishReason::kLength : openai::FinishReason::kStop;
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  ServingStack& stack;
+  HttpOptions options;
+  httplib::Server server;
+  std::mutex id_mutex;
+  std::mt19937_64 seeds{std::random_device{}()};  // for requests without a seed
+  uint64_t next_response = 1;
+
+  MetricsRegistry registry;
+  Family<Counter>* http_requests = nullptr;
+  Family<Counter>* prompt_tokens = nullptr;
+  Family<Counter>* generation_tokens = nullptr;
+  Family<Counter>* requests_total = nullptr;
+  Family<Counter>* cached_tokens = nullptr;
+  Family<Counter>* load_back_tokens = nullptr;
+  Family<Counter>* backup_tokens = nullptr;
+  Family<Counter>* evicted_tokens = nullptr;
+  Family<Gauge>* running = nullptr;
+  Family<Gauge>* queued = nullptr;
+  Family<Gauge>* hit_rate = nullptr;
+  Family<Gauge>* host_used = nullptr;
+  Family<Gauge>* host_total = nullptr;
+  Family<Gauge>* device_free = nullptr;
+  Family<Gauge>* device_total = nullptr;
+  Family<Histogram>* ttft = nullptr;
+  Family<Histogram>* itl = nullptr;
+  Family<Histogram>* e2e = nullptr;
+
+  Impl(ServingStack& s, HttpOptions o) : stack(s), options(std::move(o)) {
+    options.limits.vocab_size = stack.vocab_size();
+    options.limits.served_model = stack.model_name();
+    create_metrics();
+    routes();
+  }
+
+  void create_metrics() {
+    const std::vector<double> latency = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+    const std::vector<double> gaps = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5};
+    // Names are fixed and valid: a failure here is a programming error.
+    http_requests = *registry.counter("hiq:http_requests_total", "HTTP requests by route and status", {"route", "status"});
+    prompt_tokens = *registry.counter("sglang:prompt_tokens_total", "Prompt tokens of finished requests");
+    generation_tokens = *registry.counter("sglang:generation_tokens_total", "Generated tokens");
+    requests_total = *registry.counter("sglang:num_requests_total", "Finished requests by finish reason", {"reason"});
+    cached_tokens = *registry.counter("hiq:cached_prompt_tokens_total",
+                                      "Prompt tokens served from the KV cache, by tier (device = L1, host = L2)",
+                                      {"tier"});
+    load_back_tokens = *registry.counter("hiq:load_back_tokens_total", "Tokens restored from L2 into L1");
+    backup_tokens = *registry.counter("hiq:backup_tokens_total", "Tokens backed up from L1 to L2");
+    evicted_tokens = *registry.counter("hiq:evicted_tokens_total", "Tokens evicted, by tier", {"tier"});
+    running = *registry.gauge("sglang:num_running_reqs", "Requests running");
+    queued = *registry.gauge("sglang:num_queue_reqs", "Requests waiting");
+    hit_rate = *registry.gauge("sglang:cache_hit_rate", "Matched prompt tokens / looked-up prompt tokens");
+    host_used = *registry.gauge("hiq:host_used_tokens", "Tokens held in the host tier (L2)");
+    host_total = *registry.gauge("hiq:host_capacity_tokens", "Tokens the host tier (L2) can hold at its codec");
+    device_free = *registry.gauge("hiq:device_free_slots", "Free L1 slots");
+    device_total = *registry.gauge("hiq:device_slots", "L1 slots");
+    ttft = *registry.histogram("sglang:time_to_first_token_seconds", "Time to first token", latency);
+    itl = *registry.histogram("sglang:inter_token_latency_seconds", "Time between generated tokens", gaps);
+    e2e = *registry.histogram("sglang:e2e_request_latency_seconds", "Request latency", latency);
+  }
+
+  // Counters from the engine's cumulative stats: add what is new.
+  static void sync(Counter& c, double total) {
+    if (total > c.value()) c.inc(total - c.value());
+  }
+
+  std::string metrics_text() {
+    const ServingStats s = stack.engine().stats();
+    sync(cached_tokens->with({"device"}), static_cast<double>(s.cached_l1_tokens));
+    sync(cached_tokens->with({"host"}), static_cast<double>(s.cached_l2_tokens));
+    sync(load_back_tokens->get(), static_cast<double>(s.cache.load_back_tokens));
+    sync(backup_tokens->get(), static_cast<double>(s.cache.backup_tokens));
+    sync(evicted_tokens->with({"device"}),
+         static_cast<double>(s.cache.l1_evicted_to_host_tokens + s.cache.l1_dropped_tokens));
+    sync(evicted_tokens->with({"host"}), static_cast<double>(s.cache.l2_evicted_tokens));
+    running->get().set(static_cast<double>(s.running));
+    queued->get().set(static_cast<double>(s.waiting));
+    hit_rate->get().set(s.cache.match_tokens > 0 ? static_cast<double>(s.cache.hit_tokens_l1 + s.cache.hit_tokens_l2) /
+                                                       static_cast<double>(s.cache.match_tokens)
+                                                 : 0.0);
+    host_used->get().set(static_cast<double>(s.l2_used_tokens));
+    host_total->get().set(static_cast<double>(stack.host_capacity_tokens()));
+    device_free->get().set(static_cast<double>(s.l1_free_slots));
+    device_total->get().set(static_cast<double>(stack.context_tokens()));
+    return registry.render();
+  }
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) {
+    if (options.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + options.api_key) return true;
+    openai::ProtocolError e;
+    e.http_status = 401;
+    e.type = "invalid_request_error";
+    e.code = "invalid_api_key";
+    e.message = "a valid API key is needed: Authorization: Bearer <key>";
+    write_error(res, e);
+    return false;
+  }
+
+  std::string response_id(bool chat) {
+    std::lock_guard lock(id_mutex);
+    return std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_response++);
+  }
+
+  // The engine request of a parsed body, or the error to send.
+  Result<Job> prepare(const std::string& body, bool chat) {
+    Job job;
+    job.chat = chat;
+    const Tokenizer* tokenizer = stack.tokenizer();
+    if (chat) {
+      HIQ_ASSIGN_OR_RETURN(openai::ChatRequest r, openai::parse_chat_request(body, options.limits));
+      job.model = r.model;
+      job.params = r.params;
+      if (tokenizer == nullptr)
+        return invalid_argument("parameter 'messages': this model has no tokenizer.json, so it takes token ids on "
+                                "/v1/completions only");
+      if (!tokenizer->token_id("<|im_start|>") || !tokenizer->token_id("<|im_end|>"))
+        return invalid_argument("parameter 'messages': this model's tokenizer has no ChatML tokens (<|im_start|>, "
+                                "<|im_end|>), so it has no chat template");
+      std::vector<ChatMessage> messages;
+      for (const openai::ChatMessage& m : r.messages) {
+        HIQ_ASSIGN_OR_RETURN(const ChatRole role, parse_chat_role(m.role == "developer" ? "system" : m.role));
+        messages.push_back({role, m.content});
+      }
+      HIQ_ASSIGN_OR_RETURN(job.request.prompt, tokenizer->encode(apply_chatml(messages, true), /*parse_special=*/true));
+      job.request.stop_token_ids.push_back(*tokenizer->token_id("<|im_end|>"));
+    } else {
+      HIQ_ASSIGN_OR_RETURN(openai::CompletionRequest r, openai::parse_completion_request(body, options.limits));
+      job.model = r.model;
+      job.params = r.params;
+      if (r.prompt_is_tokens()) {
+        job.request.prompt = r.prompt_token_ids;
+        job.token_mode = true;
+      } else {
+        if (tokenizer == nullptr)
+          return invalid_argument("parameter 'prompt': this model has no tokenizer.json; send token ids");
+        HIQ_ASSIGN_OR_RETURN(job.request.prompt, tokenizer->encode(r.prompt_text, /*parse_special=*/true));
+      }
+    }
+    if (tokenizer == nullptr) job.token_mode = true;
+    if (job.request.prompt.empty()) return invalid_argument("parameter 'prompt': the prompt has no tokens");
+    const size_t context = stack.context_tokens();
+    if (job.request.prompt.size() >= context)
+      return invalid_argument("parameter 'prompt': " + std::to_string(job.request.prompt.size()) +
+                              " tokens leave no room to generate in a context of " + std::to_string(context));
+    if (static_cast<int>(job.request.prompt.size()) > options.limits.max_prompt_tokens)
+      return out_of_range("parameter 'prompt': " + std::to_string(job.request.prompt.size()) +
+                          " tokens, more than the limit of " + std::to_string(options.limits.max_prompt_tokens));
+    job.request.max_new_tokens =
+        static_cast<int>(std::min<size_t>(static_cast<size_t>(job.params.max_tokens), context - job.request.prompt.size()));
+    job.request.sampling.temperature = static_cast<float>(job.params.temperature);
+    job.request.sampling.top_p = static_cast<float>(job.params.top_p);
+    job.request.sampling.top_k = job.params.top_k;
+    {
+      std::lock_guard lock(id_mutex);
+      job.request.sampling.seed = job.params.seed ? *job.params.seed : seeds();
+    }
+    for (int32_t id : job.params.stop_token_ids) job.request.stop_token_ids.push_back(id);
+    if (!job.params.ignore_eos)
+      for (int32_t id : stack.eos_token_ids()) job.request.stop_token_ids.push_back(id);
+    return job;
+  }
+
+  // What one request's reader keeps: text so far (past stop strings), ids, timing.
+  struct Reader {
+    const Tokenizer* tokenizer;
+    std::optional<StreamDecoder> decoder;
+    StopMatcher stops;
+    std::vector<int32_t> ids;
+    bool stopped_by_string = false;
+    Clock::time_point start = Clock::now(), last_token;
+    bool first = true;
+
+    Reader(const Tokenizer* t, std::vector<std::string> stop_strings) : tokenizer(t), stops(std::move(stop_strings)) {
+      if (t != nullptr) decoder.emplace(*t, /*skip_special=*/true);
+    }
+    // The text a new token releases (empty in token-id mode).
+    std::string token(int32_t id) {
+      if (stopped_by_string) return {};
+      ids.push_back(id);
+      if (!decoder) return {};
+      const StopMatcher::Step step = stops.feed(decoder->feed(id));
+      stopped_by_string = step.stopped;
+      return step.text;
+    }
+    // The text held back at the end.
+    std::string finish() {
+      if (!decoder || stopped_by_string) return {};
+      const StopMatcher::Step step = stops.feed(decoder->flush());
+      return step.text + (step.stopped ? std::string() : stops.finish());
+    }
+  };
+
+  void observe_token(Reader& reader) {
+    const auto now = Clock::now();
+    if (reader.first) ttft->get().observe(std::chrono::duration<double>(now - reader.start).count());
+    else itl->get().observe(std::chrono::duration<double>(now - reader.last_token).count());
+    reader.first = false;
+    reader.last_token = now;
+  }
+
+  void observe_finish(const Reader& reader, const RequestResult& result) {
+    e2e->get().observe(seconds_since(reader.start));
+    prompt_tokens->get().inc(static_cast<double>(result.prompt_tokens));
+    generation_tokens->get().inc(static_cast<double>(reader.ids.size()));
+    const char* reason = result.finish_reason == FinishReason::kError       ? "error"
+                         : result.finish_reason == FinishReason::kCancelled ? (reader.stopped_by_string ? "stop" : "abort")
+                         : result.finish_reason == FinishReason::kLength    ? "length"
+                                                                            : "stop";
+    requests_total->with({reason}).inc();
+  }
+
+  openai::Usage usage_of(const RequestResult& r, const Reader& reader) {
+    openai::Usage u;
+    u.prompt_tokens = static_cast<int64_t>(r.prompt_tokens);
+    u.completion_tokens = static_cast<int64_t>(reader.ids.size());
+    u.cached_tokens_device = static_cast<int64_t>(r.cached_l1_tokens);
+    u.cached_tokens_host = static_cast<int64_t>(r.cached_l2_tokens);
+    return u;
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    if (!authorized(req, res)) return;
+    auto job = prepare(req.body, chat);
+    if (!job) return write_status(res, job.status());
+    auto submitted = stack.engine().submit(job->request);
+    if (!submitted) return write_status(res, submitted.status());
+    std::shared_ptr<GenerationStream> stream = *submitted;
+    openai::ResponseMeta meta;
+    meta.id = response_id(chat);
+    meta.model = job->model;
+    meta.created = static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count());
+    if (job->params.stream) return stream_response(res, std::move(*job), stream, meta);
+
+    Reader reader(stack.tokenizer(), job->params.stop);
+    std::string text;
+    RequestResult result;
+    while (true) {
+      const auto event = stream->next(1s);
+      if (!event) continue;  // a long generation: keep waiting (the engine always finishes it)
+      if (event->kind == GenerationEvent::Kind::kFinished) {
+        result = event->result;
+        break;
+      }
+      observe_token(reader);
+      text += reader.token(event->token);
+      if (reader.stopped_by_string) stack.engine().cancel(stream->id());
+    }
+    text += reader.finish();
+    observe_finish(reader, result);
+    if (result.finish_reason == FinishReason::kError) return write_status(res, result.status);
+    openai::Choice choice;
+    choice.text = std::move(text);
+    choice.finish_reason = reader.stopped_by_string ? openai::FinishReason::kStop : finish_reason_of(result.finish_reason);
+    if (job->token_mode) choice.token_ids = reader.ids;
+    const openai::Usage usage = usage_of(result, reader);
+    res.set_content(chat ? openai::chat_response(meta, choice, usage) : openai::completion_response(meta, choice, usage),
+                    "application/json");
+  }
+
+  void stream_response(httplib::Response& res, Job job, std::shared_ptr<GenerationStream> stream,
+                       openai::ResponseMeta meta) {
+    auto shared_job = std::make_shared<Job>(std::move(job));
+    res.set_chunked_content_provider("text/event-stream", [this, shared_job, stream, meta](size_t,
+                                                                                          httplib::DataSink& sink) {
+      const Job& j = *shared_job;
+      openai::StreamContext ctx;
+      ctx.meta = meta;
+      ctx.include_usage = j.params.include_usage;
+      Reader reader(stack.tokenizer(), j.params.stop);
+      bool client_gone = false;
+      const auto send = [&](const std::string& event) {
+        if (!client_gone && !sink.write(event.data(), event.size())) client_gone = true;
+        return !client_gone;
+      };
+      const auto cancel_if_gone = [&] {
+        if (client_gone) stack.engine().cancel(stream->id());
+      };
+      if (j.chat) send(openai::chat_role_chunk(ctx));
+      RequestResult result;
+      while (true) {
+        const auto event = stream->next(100ms);
+        if (!event) {
+          if (!sink.is_writable()) client_gone = true;
+          cancel_if_gone();
+          continue;  // the engine finishes a cancelled request promptly
+        }
+        if (event->kind == GenerationEvent::Kind::kFinished) {
+          result = event->result;
+          break;
+        }
+        observe_token(reader);
+        const std::string text = reader.token(event->token);
+        const std::vector<int32_t> one = {event->token};
+        const std::vector<int32_t>* ids = j.token_mode && !reader.stopped_by_string ? &one : nullptr;
+        if (!text.empty() || ids != nullptr)
+          send(j.chat ? openai::chat_content_chunk(ctx, text, ids) : openai::completion_chunk(ctx, text, std::nullopt, ids));
+        if (reader.stopped_by_string) stack.engine().cancel(stream->id());
+        cancel_if_gone();
+      }
+      observe_finish(reader, result);
+      if (client_gone) return false;
+      if (result.finish_reason == FinishReason::kError) {
+        send(openai::error_event(openai::protocol_error(result.status)));
+      } else {
+        const std::string tail = reader.finish();
+        const openai::FinishReason finish =
+            reader.stopped_by_string ? openai::FinishReason::kStop : finish_reason_of(result.finish_reason);
+        if (j.chat) {
+          if (!tail.empty()) send(openai::chat_content_chunk(ctx, tail));
+          send(openai::chat_finish_chunk(ctx, finish));
+        } else {
+          send(openai::completion_chunk(ctx, tail, finish));
+        }
+        if (ctx.include_usage) send(openai::usage_chunk(ctx, j.chat, usage_of(result, reader)));
+      }
+      send(openai::done_event());
+      sink.done();
+      return true;
+    });
+  }
+
+  void routes() {
+    server.set_payload_max_length(options.limits.max_body_bytes);
+    const int threads = options.threads;
+    server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+      write_status(res, internal_error("the server failed on this request"));
+    });
+    server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      openai::ProtocolError e;
+      e.http_status = res.status;
+      e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
+      e.message = res.status == 404   ? "no route " + req.method + " " + req.path
+                  : res.status == 413 ? "the request body is too large"
+                                      : "HTTP " + std::to_string(res.status);
+      res.set_content(openai::error_body(e), "application/json");
+    });
+    server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      // Only known routes become label values: a scan of random paths must not grow the registry.
+      static const std::set<std::string> kRoutes = {"/health", "/metrics", "/v1/models", "/v1/completions",
+                                                    "/v1/chat/completions", "/flush_cache"};
+      http_requests->with({kRoutes.count(req.path) ? req.path : "other", std::to_string(res.status)}).inc();
+    });
+    server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_text(), "text/plain; version=0.0.4");
+    });
+    server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      const nlohmann::json body = {
+          {"object", "list"},
+          {"data", {{{"id", stack.model_name()}, {"object", "model"}, {"owned_by", "hiq"},
+                     {"max_model_len", stack.context_tokens()}}}}};
+      res.set_content(body.dump(), "application/json");
+    });
+    server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      generate(req, res, /*chat=*/false);
+    });
+    server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      generate(req, res, /*chat=*/true);
+    });
+    server.Post("/flush_cache", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      const Status flushed = stack.engine().flush_cache();
+      if (!flushed.is_ok()) return write_status(res, flushed);
+      res.set_content("{\"status\":\"flushed\"}", "application/json");
+    });
+  }
+};
+
+HttpServer::HttpServer(ServingStack& stack, HttpOptions options)
+    : impl_(std::make_unique<Impl>(stack, std::move(options))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+Result<int> HttpServer::bind() {
+  const HttpOptions& o = impl_->options;
+  if (o.port == 0) {
+    const int port = impl_->server.bind_to_any_port(o.host);
+    if (port <= 0) return unavailable("cannot bind " + o.host + " to a free port");
+    return port;
+  }
+  if (!impl_->server.bind_to_port(o.host, o.port))
+    return unavailable("cannot bind " + o.host + ":" + std::to_string(o.port) + " (in use, or not an address here)");
+  return o.port;
+}
+
+Status HttpServer::serve() {
+  if (!impl_->server.listen_after_bind()) return unavailable("the HTTP server stopped with an error");
+  return Status::ok();
+}
+
+void HttpServer::stop() {
+  if (impl_ && impl_->server.is_running()) impl_->server.stop();
+}
+
+std::string HttpServer::metrics_text() { return impl_->metrics_text(); }
+
+}  // namespace hiq

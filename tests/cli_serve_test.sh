@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# `hiq serve` run as an operator would, on the committed tiny checkpoint
+# (byte-level tokenizer, CPU backend, a BF16 host tier), driven over HTTP by a
+# plain Python client: the API's shapes, greedy output equal to `hiq generate`
+# with the cache on, from L1 and from a prefix restored from L2, streaming,
+# stop strings, concurrent clients, a client that disconnects, bad requests,
+# metrics that show the restores, /flush_cache, and a graceful SIGTERM.
+#
+# Usage: HIQ=/path/to/hiq tests/cli_serve_test.sh
+set -euo pipefail
+
+: "${HIQ:?set HIQ to the path of the hiq binary}"
+command -v python3 >/dev/null || { echo "FAIL: python3 is needed" >&2; exit 1; }
+MODEL="$(cd "$(dirname "$0")" && pwd)/data/models/tiny-qwen3"
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/hiq_cli_serve_test.XXXXXX")"
+PID=""
+cleanup() {
+  [[ -n "$PID" ]] && kill "$PID" 2>/dev/null || true
+  rm -rf -- "$TMP"
+}
+trap cleanup EXIT
+
+if "$HIQ" serve --help 2>&1 | grep -q "not in this build"; then
+  echo "SKIP: this hiq has no HTTP server"
+  exit 0
+fi
+
+# The reference: greedy ids of the same prompts without any server or cache.
+PROMPT_IDS="72,101,108,108,111,44,32,119,111,114,108,100,33"
+"$HIQ" generate --model "$MODEL" --prompt-ids "$PROMPT_IDS" --max-new-tokens 8 --json >"$TMP/alone.json" 2>/dev/null
+
+"$HIQ" serve --model "$MODEL" --port 0 --max-total-tokens 600 --hicache-codec bf16 --hicache-ratio 4 \
+  --api-key secret --max-body-bytes 65536 --threads 16 2>"$TMP/log" &
+PID=$!
+for _ in $(seq 1 200); do
+  grep -q "listening on" "$TMP/log" && break
+  kill -0 "$PID" 2>/dev/null || { cat "$TMP/log" >&2; echo "FAIL: hiq serve exited" >&2; exit 1; }
+  sleep 0.05
+done
+PORT="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$TMP/log")"
+[[ -n "$PORT" ]] || { cat "$TMP/log" >&2; echo "FAIL: no port in the log" >&2; exit 1; }
+echo "ok   hiq serve listening on port $PORT"
+
+python3 - "$PORT" "$TMP/alone.json" <<'PY'
+import json, socket, sys, threading, urllib.error, urllib.request
+
+PORT, ALONE = int(sys.argv[1]), json.load(open(sys.argv[2]))["output_ids"]
+BASE = f"http://127.0.0.1:{PORT}"
+KEY = {"Authorization": "Bearer secret"}
+checks = 0
+
+
+def ok(what):
+    global checks
+    checks += 1
+    print("ok  ", what)
+
+
+def call(method, path, body=None, headers=KEY, raw=None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(BASE + path, data=data, method=method,
+                                 headers={**headers, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def completion(body):
+    status, text = call("POST", "/v1/completions", body)
+    assert status == 200, (status, text)
+    return json.loads(text)
+
+
+def error_of(status, text, want_status):
+    assert status == want_status, (status, text)
+    err = json.loads(text)["error"]
+    assert isinstance(err["message"], str) and err["message"] and "type" in err, err
+    return err
+
+
+# Health, models, authentication.
+assert call("GET", "/health", headers={})[0] == 200
+ok("/health answers without a key")
+err = error_of(*call("GET", "/v1/models", headers={}), 401)
+assert err["code"] == "invalid_api_key", err
+ok("/v1/models without the key: 401 in OpenAI's shape")
+models = json.loads(call("GET", "/v1/models")[1])
+assert models["data"][0]["id"] == "tiny-qwen3", models
+ok("/v1/models lists tiny-qwen3")
+
+# Greedy token ids equal hiq generate's (no server, no cache), twice: the
+# second time the prompt's KV comes from the cache.
+ids = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33]
+first = completion({"prompt": ids, "max_tokens": 8, "temperature": 0})
+assert first["choices"][0]["token_ids"] == ALONE, (first, ALONE)
+assert first["choices"][0]["finish_reason"] == "length", first
+assert first["usage"]["prompt_tokens"] == len(ids) and first["usage"]["completion_tokens"] == 8, first
+ok("token-id prompt: greedy ids equal hiq generate's")
+again = completion({"prompt": ids, "max_tokens": 8, "temperature": 0})
+assert again["choices"][0]["token_ids"] == ALONE, again
+assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, again
+assert again["usage"]["hiq_cached_tokens_by_tier"]["device"] > 0, again
+ok("the same prompt again: read from L1 (cached_tokens %d), the same ids" %
+   again["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+# Text prompts through the byte-level tokenizer: the prompt "Hello, world!" is those ids.
+text = completion({"prompt": "Hello, world!", "max_tokens": 8, "temperature": 0})
+assert text["usage"]["prompt_tokens"] == len(ids), text
+assert isinstance(text["choices"][0]["text"], str), text
+ok("text prompt: tokenized to the same %d ids" % len(ids))
+
+# Streaming gives the same text, then [DONE]; with usage on request.
+req = urllib.request.Request(BASE + "/v1/completions", method="POST", headers={**KEY, "Content-Type": "application/json"},
+                             data=json.dumps({"prompt": "Hello, world!", "max_tokens": 8, "temperature": 0,
+                                              "stream": True, "stream_options": {"include_usage": True}}).encode())
+events = []
+with urllib.request.urlopen(req, timeout=60) as r:
+    assert r.headers["Content-Type"].startswith("text/event-stream"), r.headers
+    for line in r.read().decode().split("\n\n"):
+        if line.startswith("data: "):
+            events.append(line[len("data: "):])
+assert events[-1] == "[DONE]", events
+chunks = [json.loads(e) for e in events[:-1]]
+streamed = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+assert streamed == text["choices"][0]["text"], (streamed, text)
+assert chunks[-1]["usage"]["completion_tokens"] == 8, chunks[-1]
+ok("streaming: %d events, the same text, a usage chunk, [DONE]" % len(events))
+
+# A stop string cuts the text before it.
+full = text["choices"][0]["text"]
+if len(full) >= 4:
+    stop = full[2:4]
+    cut = completion({"prompt": "Hello, world!", "max_tokens": 8, "temperature": 0, "stop": [stop]})
+    assert cut["choices"][0]["finish_reason"] == "stop", cut
+    assert cut["choices"][0]["text"] == full[:full.index(stop)], (cut, full, stop)
+    ok("stop string %r: text cut before it, finish_reason stop" % stop)
+
+# Seeded sampling is reproducible.
+a = completion({"prompt": ids, "max_tokens": 8, "temperature": 1.0, "seed": 7})
+b = completion({"prompt": ids, "max_tokens": 8, "temperature": 1.0, "seed": 7})
+assert a["choices"][0]["token_ids"] == b["choices"][0]["token_ids"], (a, b)
+ok("seeded sampling: the same tokens twice")
+
+# Concurrent clients get exactly their own greedy outputs.
+prompts = [[(p * 37 + i * 11) % 250 + 1 for i in range(20 + p)] for p in range(8)]
+expected = [completion({"prompt": p, "max_tokens": 6, "temperature": 0})["choices"][0]["token_ids"] for p in prompts]
+results = [[None] * 3 for _ in prompts]
+def client(k):
+    for rep in range(3):
+        results[k][rep] = completion({"prompt": prompts[k], "max_tokens": 6, "temperature": 0})["choices"][0]["token_ids"]
+threads = [threading.Thread(target=client, args=(k,)) for k in range(len(prompts))]
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert all(results[k][r] == expected[k] for k in range(len(prompts)) for r in range(3)), (results, expected)
+ok("8 concurrent clients × 3 requests: each its own greedy output")
+
+# Evict the first prompt from L1 (600 slots) with long ones, then ask again:
+# its KV comes back from L2 (bf16) and the output is unchanged.
+for k in range(8):
+    completion({"prompt": [(k * 53 + i * 7) % 250 + 1 for i in range(140)], "max_tokens": 2, "temperature": 0})
+restored = completion({"prompt": ids, "max_tokens": 8, "temperature": 0})
+assert restored["choices"][0]["token_ids"] == ALONE, restored
+host = restored["usage"]["hiq_cached_tokens_by_tier"]["host"]
+assert host > 0, restored
+ok("after eviction: %d prompt tokens restored from L2, the same greedy ids" % host)
+
+# A client that disconnects mid-stream: its request is cancelled, the server goes on.
+s = socket.create_connection(("127.0.0.1", PORT))
+body = json.dumps({"prompt": ids, "max_tokens": 400, "temperature": 0, "stream": True}).encode()
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+          b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+received = b""
+while b"data:" not in received:  # the headers, then the first event
+    chunk = s.recv(4096)
+    assert chunk, received
+    received += chunk
+s.close()
+assert completion({"prompt": ids, "max_tokens": 2, "temperature": 0})["choices"][0]["token_ids"] == ALONE[:2]
+ok("a client that disconnects mid-stream does not disturb the server")
+
+# Bad requests: 4xx in OpenAI's shape, and the server lives on.
+error_of(*call("POST", "/v1/completions", raw=b"{not json"), 400)
+err = error_of(*call("POST", "/v1/completions", {"prompt": ids, "temperature": 5}), 400)
+assert err["param"] == "temperature", err
+error_of(*call("POST", "/v1/completions", {"prompt": [1, 2, 999]}), 400)
+error_of(*call("POST", "/v1/completions", {"prompt": ""}), 400)
+error_of(*call("POST", "/v1/completions", {"prompt": list(range(1, 250)) * 3}), 400)  # longer than the context
+error_of(*call("POST", "/v1/completions", raw=b"x" * 70000), 413)
+error_of(*call("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}), 400)
+error_of(*call("GET", "/v1/nothing"), 404)
+ok("bad requests: 400 (JSON, temperature, token id, empty, too long, no chat template), 413, 404")
+assert completion({"prompt": ids, "max_tokens": 1, "temperature": 0})["choices"][0]["token_ids"] == ALONE[:1]
+
+# Metrics show what happened.
+status, metrics = call("GET", "/metrics", headers={})
+assert status == 200
+values = {}
+for line in metrics.splitlines():
+    if line and not line.startswith("#"):
+        key, value = line.rsplit(" ", 1)
+        values[key] = float(value)
+def metric(name):
+    assert name in values, f"{name} missing from /metrics:\n{metrics}"
+    return values[name]
+assert metric('hiq:cached_prompt_tokens_total{tier="host"}') > 0, metrics
+assert metric('hiq:cached_prompt_tokens_total{tier="device"}') > 0, metrics
+assert metric("sglang:generation_tokens_total") > 0, metrics
+assert metric("hiq:load_back_tokens_total") > 0, metrics
+assert "sglang:time_to_first_token_seconds_bucket" in metrics, metrics
+assert metric('sglang:num_requests_total{reason="abort"}') >= 1, metrics  # the client that went away
+ok("/metrics: cached tokens by tier, load-back, generated tokens, TTFT histogram, the aborted request")
+
+assert call("POST", "/flush_cache")[0] == 200
+ok("/flush_cache")
+print(f"{checks} HTTP checks passed")
+PY
+
+kill -TERM "$PID"
+for _ in $(seq 1 200); do
+  kill -0 "$PID" 2>/dev/null || break
+  sleep 0.05
+done
+if kill -0 "$PID" 2>/dev/null; then
+  echo "FAIL: hiq serve still runs 10 s after SIGTERM" >&2
+  exit 1
+fi
+wait "$PID" && rc=0 || rc=$?
+PID=""
+[[ $rc -eq 0 ]] || { cat "$TMP/log" >&2; echo "FAIL: hiq serve exited $rc after SIGTERM" >&2; exit 1; }
+grep -q "stopped" "$TMP/log" || { cat "$TMP/log" >&2; echo "FAIL: no graceful stop in the log" >&2; exit 1; }
+echo "ok   SIGTERM: graceful stop, exit 0"

@@ -401,7 +401,7 @@ struct HttpServer::Impl {
       const nlohmann::json body = {
           {"object", "list"},
           {"data", {{{"id", stack.model_name()}, {"object", "model"}, {"owned_by", "hiq"},
-                     {"max_model_len", stack.context_tokens()}}}}};
+                     {"max_model_len", stack.context_tokens()}, {"vocab_size", stack.vocab_size()}}}}};
       res.set_content(body.dump(), "application/json");
     });
     server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {

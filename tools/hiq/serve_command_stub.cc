@@ -12,4 +12,14 @@ Subcommand add_serve_command(CLI::App& parent) {
           }};
 }
 
+std::function<int()> add_bench_serve_command(CLI::App& bench) {
+  CLI::App* app = bench.add_subcommand("serve", "Load generator (not in this build: needs cpp-httplib)");
+  app->allow_extras();
+  return [app] {
+    if (!app->parsed()) return -1;
+    return report_error("bench serve", unavailable("this build has no HTTP client: install libcpp-httplib-dev "
+                                                   "(scripts/bootstrap) and rebuild"));
+  };
+}
+
 }  // namespace hiq::cli

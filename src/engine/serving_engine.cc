@@ -34,6 +34,7 @@ ServingEngine::ServingEngine(RadixCache& cache, DeviceKvPool& l1, TransferEngine
     : cache_(cache),
       l1_(l1),
       l2_(l2),
+      transfer_(engine),
       runner_(runner),
       scheduler_(cache, l1, engine, runner, serving_options(options)) {
   stats_.l1_free_slots = l1_.allocator().free_count();
@@ -120,6 +121,7 @@ void ServingEngine::dispatch() {
   stats_.running = scheduler_.running();
   stats_.l1_free_slots = l1_.allocator().free_count();
   if (l2_ != nullptr) stats_.l2_used_tokens = l2_->capacity_tokens() - l2_->allocator().free_count();
+  if (transfer_ != nullptr) stats_.transfer = transfer_->stats();
 }
 
 void ServingEngine::loop() {

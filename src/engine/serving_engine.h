@@ -68,6 +68,7 @@ struct ServingStats {
   uint64_t cached_l1_tokens = 0, cached_l2_tokens = 0;  // prompt tokens served from each tier
   size_t l1_free_slots = 0;
   size_t l2_used_tokens = 0;  // 0 without a host tier
+  TransferStats transfer;     // restores and backups: tokens, bytes, seconds (zeros without a host tier)
 };
 
 class ServingEngine {
@@ -99,6 +100,7 @@ class ServingEngine {
   RadixCache& cache_;
   DeviceKvPool& l1_;
   const HostKvPool* l2_;
+  TransferEngine* transfer_;
   ModelRunner& runner_;
   Scheduler scheduler_;
 

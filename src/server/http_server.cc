@@ -61,6 +61,8 @@ struct HttpServer::Impl {
   Family<Counter>* load_back_tokens = nullptr;
   Family<Counter>* backup_tokens = nullptr;
   Family<Counter>* evicted_tokens = nullptr;
+  Family<Counter>* transfer_bytes = nullptr;
+  Family<Counter>* transfer_seconds = nullptr;
   Family<Gauge>* running = nullptr;
   Family<Gauge>* queued = nullptr;
   Family<Gauge>* hit_rate = nullptr;
@@ -93,6 +95,12 @@ struct HttpServer::Impl {
     load_back_tokens = *registry.counter("hiq:load_back_tokens_total", "Tokens restored from L2 into L1");
     backup_tokens = *registry.counter("hiq:backup_tokens_total", "Tokens backed up from L1 to L2");
     evicted_tokens = *registry.counter("hiq:evicted_tokens_total", "Tokens evicted, by tier", {"tier"});
+    transfer_bytes = *registry.counter("hiq:transfer_bytes_total",
+                                       "Encoded bytes moved between L1 and L2, by direction (load_back, backup)",
+                                       {"direction"});
+    transfer_seconds = *registry.counter("hiq:transfer_seconds_total",
+                                         "Seconds from submission to completion of L1↔L2 transfers, summed, by direction",
+                                         {"direction"});
     running = *registry.gauge("sglang:num_running_reqs", "Requests running");
     queued = *registry.gauge("sglang:num_queue_reqs", "Requests waiting");
     hit_rate = *registry.gauge("sglang:cache_hit_rate", "Matched prompt tokens / looked-up prompt tokens");
@@ -119,6 +127,10 @@ struct HttpServer::Impl {
     sync(evicted_tokens->with({"device"}),
          static_cast<double>(s.cache.l1_evicted_to_host_tokens + s.cache.l1_dropped_tokens));
     sync(evicted_tokens->with({"host"}), static_cast<double>(s.cache.l2_evicted_tokens));
+    sync(transfer_bytes->with({"load_back"}), static_cast<double>(s.transfer.load_bytes));
+    sync(transfer_bytes->with({"backup"}), static_cast<double>(s.transfer.backup_bytes));
+    sync(transfer_seconds->with({"load_back"}), s.transfer.load_seconds);
+    sync(transfer_seconds->with({"backup"}), s.transfer.backup_seconds);
     running->get().set(static_cast<double>(s.running));
     queued->get().set(static_cast<double>(s.waiting));
     hit_rate->get().set(s.cache.match_tokens > 0 ? static_cast<double>(s.cache.hit_tokens_l1 + s.cache.hit_tokens_l2) /

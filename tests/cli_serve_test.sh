@@ -14,8 +14,10 @@ command -v python3 >/dev/null || { echo "FAIL: python3 is needed" >&2; exit 1; }
 MODEL="$(cd "$(dirname "$0")" && pwd)/data/models/tiny-qwen3"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/hiq_cli_serve_test.XXXXXX")"
 PID=""
+CHAT_PID=""
 cleanup() {
   [[ -n "$PID" ]] && kill "$PID" 2>/dev/null || true
+  [[ -n "$CHAT_PID" ]] && kill "$CHAT_PID" 2>/dev/null || true
   rm -rf -- "$TMP"
 }
 trap cleanup EXIT
@@ -263,6 +265,69 @@ PY
   >"$TMP/inproc.json" 2>/dev/null || { echo "FAIL: hiq bench serve --model" >&2; exit 1; }
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["requests"]==16 and r["failed"]==0 and r["server"]["l1_slots"]==1024, r' "$TMP/inproc.json"
 echo "ok   hiq bench serve --model: an in-process server, 16 requests"
+
+# Chat completions need a tokenizer with ChatML's tokens: a second server on
+# a tiny random checkpoint written here, with the Qwen2-style test tokenizer.
+CHAT="$TMP/chat-model"
+python3 - "$CHAT" "$(cd "$(dirname "$0")" && pwd)/data/tokenizers/qwen2-style/tokenizer.json" <<'PY'
+import json, os, random, shutil, struct, sys
+out, tokenizer = sys.argv[1], sys.argv[2]
+os.makedirs(out)
+V, H, I, L, NH, NKV, D = 1024, 32, 64, 2, 2, 1, 16
+json.dump({"model_type": "qwen3", "vocab_size": V, "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
+           "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": D, "rms_norm_eps": 1e-6,
+           "rope_theta": 10000.0, "max_position_embeddings": 4096, "tie_word_embeddings": True},
+          open(os.path.join(out, "config.json"), "w"))
+rng = random.Random(3)
+shapes = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H]}
+for l in range(L):
+    p = f"model.layers.{l}."
+    shapes.update({p + "input_layernorm.weight": [H], p + "post_attention_layernorm.weight": [H],
+                   p + "self_attn.q_proj.weight": [NH * D, H], p + "self_attn.k_proj.weight": [NKV * D, H],
+                   p + "self_attn.v_proj.weight": [NKV * D, H], p + "self_attn.o_proj.weight": [H, NH * D],
+                   p + "self_attn.q_norm.weight": [D], p + "self_attn.k_norm.weight": [D],
+                   p + "mlp.gate_proj.weight": [I, H], p + "mlp.up_proj.weight": [I, H], p + "mlp.down_proj.weight": [H, I]})
+header, blob = {}, bytearray()
+for name, shape in shapes.items():
+    n = shape[0] * (shape[1] if len(shape) > 1 else 1)
+    values = [1.0] * n if len(shape) == 1 else [rng.gauss(0, 1.0 / shape[1] ** 0.5) for _ in range(n)]
+    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + 4 * n]}
+    blob += struct.pack(f"<{n}f", *values)
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(os.path.join(out, "model.safetensors"), "wb").write(struct.pack("<Q", len(text)) + text + blob)
+shutil.copy(tokenizer, os.path.join(out, "tokenizer.json"))
+PY
+"$HIQ" serve --model "$CHAT" --port 0 --max-total-tokens 512 2>"$TMP/chat.log" &
+CHAT_PID=$!
+for _ in $(seq 1 200); do grep -q "listening on" "$TMP/chat.log" && break; sleep 0.05; done
+CHAT_PORT="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$TMP/chat.log")"
+python3 - "$CHAT_PORT" <<'PY'
+import json, sys, urllib.request
+base = f"http://127.0.0.1:{sys.argv[1]}"
+def post(body):
+    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    return urllib.request.urlopen(req, timeout=60)
+messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Où est la bibliothèque ?"}]
+whole = json.loads(post({"messages": messages, "max_tokens": 6, "temperature": 0}).read())
+choice = whole["choices"][0]
+assert whole["object"] == "chat.completion" and choice["message"]["role"] == "assistant", whole
+assert isinstance(choice["message"]["content"], str) and choice["finish_reason"] in ("length", "stop"), whole
+assert whole["usage"]["prompt_tokens"] > 10 and "token_ids" not in choice, whole
+events = [e[len("data: "):] for e in post({"messages": messages, "max_tokens": 6, "temperature": 0, "stream": True})
+          .read().decode().split("\n\n") if e.startswith("data: ")]
+assert events[-1] == "[DONE]", events
+chunks = [json.loads(e) for e in events[:-1]]
+assert chunks[0]["object"] == "chat.completion.chunk" and chunks[0]["choices"][0]["delta"]["role"] == "assistant", chunks
+content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+assert content == choice["message"]["content"], (content, choice)
+assert chunks[-1]["choices"][0]["finish_reason"] == choice["finish_reason"], chunks[-1]
+print("ok   chat completions through ChatML and a BPE tokenizer: whole and streamed agree")
+PY
+kill -TERM "$CHAT_PID"
+wait "$CHAT_PID" || { echo "FAIL: the chat server did not stop cleanly" >&2; exit 1; }
+CHAT_PID=""
 
 kill -TERM "$PID"
 for _ in $(seq 1 200); do

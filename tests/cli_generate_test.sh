@@ -104,5 +104,17 @@ else
   pass "the cuda backend gives the cpu backend's greedy ids"
 fi
 expect_error "--max-new-tokens must be positive" --model "$TMP/model" --prompt-ids 1 --max-new-tokens 0
+expect_error "give the prompt as" --model "$MODEL" --prompt "Hi" --prompt-ids 72,105
+
+# A text prompt goes through the directory's tokenizer (the tiny checkpoints'
+# byte-level one: "Hi" is ids 72, 105), and the output is decoded too.
+by_text="$("$HIQ" generate --model "$MODEL" --prompt "Hi" --max-new-tokens 4 --json 2>/dev/null)"
+by_ids="$("$HIQ" generate --model "$MODEL" --prompt-ids 72,105 --max-new-tokens 4 --json 2>/dev/null)"
+python3 - "$by_text" "$by_ids" <<'PY' || fail "--prompt and --prompt-ids disagree: $by_text vs $by_ids"
+import json, sys
+text, ids = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert text["output_ids"] == ids["output_ids"] and isinstance(text["text"], str) and "text" not in ids, (text, ids)
+PY
+pass "--prompt through the tokenizer gives the ids' output, decoded"
 
 echo "$checks checks passed"

@@ -16,24 +16,6 @@ namespace {
 
 using testing::TinyModel;
 
-// Greedy generation of one request on a fresh pool, token by token.
-std::vector<TokenId> generate_alone(const TinyModel& m, const std::vector<TokenId>& prompt, int new_tokens) {
-  auto l1 = m.pool(256);
-  std::vector<TokenId> tokens = prompt;
-  std::vector<SlotId> slots(prompt.size() + static_cast<size_t>(new_tokens));
-  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<SlotId>(i);
-  std::vector<TokenId> out;
-  size_t first_new = 0;
-  for (int i = 0; i < new_tokens; ++i) {
-    auto logits = cpu_forward(m.shape, m.weights, *l1, tokens, std::span(slots).first(tokens.size()), first_new);
-    EXPECT_TRUE(logits.is_ok());
-    const auto next = static_cast<TokenId>(std::max_element(logits->begin(), logits->end()) - logits->begin());
-    out.push_back(next);
-    first_new = tokens.size();
-    tokens.push_back(next);
-  }
-  return out;
-}
 
 // 6 groups × 3 prompts: a shared prefix of 40 tokens and a question of 6,
 // different in each pass.
@@ -99,7 +81,7 @@ TEST(CpuModelRunner, Bf16HostTierGivesExactlyTheOutputOfRunningAlone) {
   size_t restored = 0;
   for (const RequestResult& r : run.results) {
     ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
-    EXPECT_EQ(r.output, generate_alone(m, r.request.prompt, 4)) << "request " << r.id;
+    EXPECT_EQ(r.output, m.generate_alone(r.request.prompt, 4)) << "request " << r.id;
     restored += r.cached_l2_tokens;
   }
   EXPECT_GT(restored, 0u) << "the second pass must restore prefixes from L2; cache: l1 hits " << run.cache.hit_tokens_l1
@@ -117,7 +99,7 @@ TEST(CpuModelRunner, Int8HostTierRestoresAndMostlyAgrees) {
   for (const RequestResult& r : run.results) {
     ASSERT_TRUE(r.status.is_ok());
     restored += r.cached_l2_tokens;
-    same += r.output == generate_alone(m, r.request.prompt, 4);
+    same += r.output == m.generate_alone(r.request.prompt, 4);
   }
   EXPECT_GT(restored, 0u);
   EXPECT_GE(same, 30u) << "int8 KV should rarely change a greedy token of this model";

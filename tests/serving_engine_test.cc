@@ -20,22 +20,6 @@ namespace {
 using testing::TinyModel;
 using namespace std::chrono_literals;
 
-std::vector<TokenId> generate_alone(const TinyModel& m, const std::vector<TokenId>& prompt, int new_tokens) {
-  auto l1 = m.pool(256);
-  std::vector<TokenId> tokens = prompt;
-  std::vector<SlotId> slots(prompt.size() + static_cast<size_t>(new_tokens));
-  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<SlotId>(i);
-  std::vector<TokenId> out;
-  size_t first_new = 0;
-  for (int i = 0; i < new_tokens; ++i) {
-    auto logits = cpu_forward(m.shape, m.weights, *l1, tokens, std::span(slots).first(tokens.size()), first_new);
-    EXPECT_TRUE(logits.is_ok());
-    out.push_back(argmax_token(*logits));
-    first_new = tokens.size();
-    tokens.push_back(out.back());
-  }
-  return out;
-}
 
 std::vector<TokenId> prompt_of(int group, int variant) {
   std::vector<TokenId> p;
@@ -136,7 +120,7 @@ TEST_F(ServingEngineTest, ConcurrentClientsStreamExactlyTheirOwnGreedyTokens) {
       ASSERT_TRUE(r.result.status.is_ok()) << r.result.status.to_string();
       EXPECT_EQ(r.result.finish_reason, FinishReason::kLength);
       EXPECT_EQ(r.tokens, r.result.output);
-      EXPECT_EQ(r.tokens, generate_alone(model_, prompt_of(i % 3, c), kNew)) << "client " << c << " request " << i;
+      EXPECT_EQ(r.tokens, model_.generate_alone(prompt_of(i % 3, c), kNew)) << "client " << c << " request " << i;
       l1_hits += r.result.cached_l1_tokens;
     }
   EXPECT_GT(l1_hits, 0u) << "clients share prefixes";
@@ -147,7 +131,7 @@ TEST_F(ServingEngineTest, ConcurrentClientsStreamExactlyTheirOwnGreedyTokens) {
 
 TEST_F(ServingEngineTest, AStopTokenEndsTheRequest) {
   const auto prompt = prompt_of(1, 1);
-  const auto alone = generate_alone(model_, prompt, 6);
+  const auto alone = model_.generate_alone(prompt, 6);
   Request r = request(prompt, 6);
   r.stop_token_ids = {alone[2]};
   auto stream = engine_->submit(std::move(r));
@@ -187,7 +171,7 @@ TEST_F(ServingEngineTest, SeededSamplingIsReproducible) {
   const auto a = sampled(5), b = sampled(5), c = sampled(6);
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
-  EXPECT_NE(a, generate_alone(model_, prompt_of(0, 3), 8)) << "temperature 1 should not be greedy here";
+  EXPECT_NE(a, model_.generate_alone(prompt_of(0, 3), 8)) << "temperature 1 should not be greedy here";
 }
 
 TEST_F(ServingEngineTest, AFailingModelFailsItsBatchAndTheEngineGoesOn) {
@@ -202,7 +186,7 @@ TEST_F(ServingEngineTest, AFailingModelFailsItsBatchAndTheEngineGoesOn) {
   ASSERT_TRUE(ok.is_ok());
   const Read good = read_all(**ok);
   ASSERT_TRUE(good.result.status.is_ok());
-  EXPECT_EQ(good.tokens, generate_alone(model_, prompt_of(0, 0), 4));
+  EXPECT_EQ(good.tokens, model_.generate_alone(prompt_of(0, 0), 4));
   ASSERT_TRUE(engine_->flush_cache().is_ok());
   EXPECT_EQ(engine_->stats().l1_free_slots, l1_->num_slots());
 }

@@ -3,6 +3,7 @@
 // forward pass and the model runner.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -100,6 +101,26 @@ struct TinyModel {
             ", \"hidden_size\": " + std::to_string(s.hidden_size) + "}",
         "tiny");
   }
+  // Greedy generation of `prompt` on a fresh pool, one token per step: what
+  // the model generates alone, from scratch (empty if the forward pass fails,
+  // so the caller's comparison fails).
+  std::vector<int32_t> generate_alone(const std::vector<int32_t>& prompt, int new_tokens) const {
+    auto l1 = pool(prompt.size() + static_cast<size_t>(new_tokens));
+    std::vector<int32_t> tokens = prompt;
+    std::vector<SlotId> slots(prompt.size() + static_cast<size_t>(new_tokens));
+    for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<SlotId>(i);
+    std::vector<int32_t> out;
+    size_t first_new = 0;
+    for (int i = 0; i < new_tokens; ++i) {
+      auto logits = cpu_forward(shape, weights, *l1, tokens, std::span(slots).first(tokens.size()), first_new);
+      if (!logits) return {};
+      out.push_back(static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin()));
+      first_new = tokens.size();
+      tokens.push_back(out.back());
+    }
+    return out;
+  }
+
   // An L1 pool of this model's geometry in host memory.
   std::unique_ptr<DeviceKvPool> pool(size_t slots = 64) const {
     return std::move(*make_host_memory_device_pool(geometry_of(spec), slots));

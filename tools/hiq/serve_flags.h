@@ -8,6 +8,7 @@
 #include "codec/codec.h"
 #include "core/units.h"
 #include "server/http_server.h"
+#include "tools/hiq/host_tier_flags.h"
 
 namespace hiq::cli {
 
@@ -31,17 +32,7 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
   c.max_total_tokens = static_cast<size_t>(f.max_total_tokens);
   if (c.page_size < 1) return invalid_argument("--page-size must be positive");
   c.hicache = !f.no_hicache;
-  HIQ_ASSIGN_OR_RETURN(c.host.codec, parse_codec(f.codec));
-  if (f.record_align <= 0 || f.record_align > static_cast<int64_t>(kMaxRecordAlign))
-    return invalid_argument("--record-align must be a power of two from 1 to " + std::to_string(kMaxRecordAlign));
-  c.host.record_align = static_cast<size_t>(f.record_align);
-  auto size = parse_byte_size(f.hicache_size, kGB);
-  if (!size) return size.status().with_context("--hicache-size");
-  c.host.size_bytes = *size;
-  if (*size == 0) {
-    if (!(f.hicache_ratio > 0)) return invalid_argument("--hicache-ratio must be positive");
-    c.host.ratio = f.hicache_ratio;
-  }
+  HIQ_ASSIGN_OR_RETURN(c.host, host_tier_options(f.codec, f.record_align, f.hicache_size, f.hicache_ratio));
   HIQ_ASSIGN_OR_RETURN(c.cache.write_policy, parse_write_policy(f.write_policy));
   if (f.max_prefill_tokens <= 0) return invalid_argument("--max-prefill-tokens must be positive");
   c.scheduler.max_prefill_tokens = static_cast<size_t>(f.max_prefill_tokens);

@@ -13,6 +13,7 @@
 #include "engine/simulation.h"
 #include "kv/model_config.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/table.h"
 
 namespace hiq::cli {
@@ -50,17 +51,7 @@ Result<SimulationConfig> build_config(const SimFlags& f) {
   if (f.max_total_tokens <= 0) return invalid_argument("--max-total-tokens must be positive");
   c.max_total_tokens = static_cast<size_t>(f.max_total_tokens);
   c.hicache = !f.no_hicache;
-  HIQ_ASSIGN_OR_RETURN(c.host.codec, parse_codec(f.codec));
-  if (f.record_align <= 0 || f.record_align > static_cast<int64_t>(kMaxRecordAlign))
-    return invalid_argument("--record-align must be a power of two from 1 to " + std::to_string(kMaxRecordAlign));
-  c.host.record_align = static_cast<size_t>(f.record_align);
-  auto size = parse_byte_size(f.hicache_size, kGB);
-  if (!size) return size.status().with_context("--hicache-size");
-  c.host.size_bytes = *size;
-  if (*size == 0) {
-    if (!(f.hicache_ratio > 0)) return invalid_argument("--hicache-size 0 needs a positive --hicache-ratio");
-    c.host.ratio = f.hicache_ratio;
-  }
+  HIQ_ASSIGN_OR_RETURN(c.host, host_tier_options(f.codec, f.record_align, f.hicache_size, f.hicache_ratio));
   HIQ_ASSIGN_OR_RETURN(c.cache.write_policy, parse_write_policy(f.write_policy));
   if (f.max_concurrency <= 0) return invalid_argument("--max-concurrency must be positive");
   c.max_concurrency = static_cast<size_t>(f.max_concurrency);

@@ -12,6 +12,11 @@ set -euo pipefail
 : "${HIQ:?set HIQ to the path of the hiq binary}"
 command -v python3 >/dev/null || { echo "FAIL: python3 is needed" >&2; exit 1; }
 MODEL="$(cd "$(dirname "$0")" && pwd)/data/models/tiny-qwen3"
+# Under ThreadSanitizer, leave out the internals of the prebuilt cpp-httplib,
+# which TSan cannot judge (tests/tsan.supp); our code stays checked.
+if [[ -n "${TSAN_OPTIONS:-}" ]]; then
+  export TSAN_OPTIONS="$TSAN_OPTIONS:suppressions=$(cd "$(dirname "$0")" && pwd)/tsan.supp"
+fi
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/hiq_cli_serve_test.XXXXXX")"
 PID=""
 CHAT_PID=""

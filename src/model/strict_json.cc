@@ -5,34 +5,12 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/json_nesting.h"
+
 namespace hiq {
 namespace {
 
 using nlohmann::json;
-
-// The deepest nesting of objects and arrays in `text`, counting brackets
-// outside strings; stops once `limit` is passed.
-int nesting_depth(std::string_view text, int limit) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return deepest;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 }  // namespace
 
@@ -58,7 +36,7 @@ std::string quote_for_message(std::string_view name) {
 Result<json> parse_strict_json(std::string_view text, std::string_view source, int max_nesting,
                                std::string_view top_level_noun) {
   const std::string where(source);
-  if (nesting_depth(text, max_nesting) > max_nesting)
+  if (json_nesting_depth(text, max_nesting) > max_nesting)
     return data_loss(where + ": JSON nests more than " + std::to_string(max_nesting) + " levels deep");
 
   std::vector<std::unordered_set<std::string>> keys_of_open_objects;

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_nesting.h"
+
 namespace hiq::openai {
 namespace {
 
@@ -78,36 +80,11 @@ Status unsupported(std::string_view param, std::string_view detail) {
   return bad_param(param, "is not supported by this server: " + std::string(detail));
 }
 
-// The deepest nesting of objects and arrays in `text` (brackets outside
-// strings), stopping once past `limit`: checked before parsing so a hostile
-// body cannot make the parser build a huge tree.
-int nesting_depth(std::string_view text, int limit) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return deepest;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 Result<json> parse_body(std::string_view body, const ProtocolLimits& limits) {
   if (body.size() > limits.max_body_bytes)
     return out_of_range("request body is " + std::to_string(body.size()) + " bytes, more than the limit of " +
                         std::to_string(limits.max_body_bytes));
-  if (nesting_depth(body, limits.max_json_depth) > limits.max_json_depth)
+  if (json_nesting_depth(body, limits.max_json_depth) > limits.max_json_depth)
     return invalid_argument("request body nests JSON more than " + std::to_string(limits.max_json_depth) +
                             " levels deep");
   json value = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);

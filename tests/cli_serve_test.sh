@@ -271,6 +271,32 @@ PY
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["requests"]==16 and r["failed"]==0 and r["server"]["l1_slots"]==1024, r' "$TMP/inproc.json"
 echo "ok   hiq bench serve --model: an in-process server, 16 requests"
 
+# --compare: one loaded model, a fresh cache per configuration, repeats in
+# alternating order. L1 holds ~2 groups of 12, so the host tier must serve
+# hits; the equal-capacity flag gives every codec the same L2 tokens.
+"$HIQ" bench serve --model "$MODEL" --max-total-tokens 320 --hicache-tokens 2048 --gsp-num-groups 12 \
+  --gsp-prompts-per-group 3 --gsp-system-prompt-len 96 --gsp-question-len 8 --gsp-output-len 4 --max-concurrency 2 \
+  --compare none,bf16,int8/128,int4h --repeats 2 --json >"$TMP/compare.jsonl" 2>"$TMP/compare.err" \
+  || { cat "$TMP/compare.err" >&2; echo "FAIL: hiq bench serve --compare" >&2; exit 1; }
+python3 - "$TMP/compare.jsonl" <<'PY'
+import json, sys
+runs = [json.loads(line) for line in open(sys.argv[1])]
+order = [r["config"] for r in runs]
+assert order == ["none", "bf16", "int8/128", "int4h", "int4h", "int8/128", "bf16", "none"], order
+for r in runs:
+    assert r["requests"] == 36 and r["failed"] == 0, r
+    s = r["server"]
+    if r["config"] == "none":
+        assert s["l2_capacity_tokens"] == 0 and r["cached_host_tokens"] == 0, r
+        continue
+    assert s["l2_capacity_tokens"] == 2048 and s["l2_bytes_per_token"] * 2048 == s["l2_reserved_bytes"], s
+    assert r["cached_host_tokens"] > 0 and r["transfer"]["load_tokens"] >= r["cached_host_tokens"], r
+    assert r["transfer"]["load_bytes"] == r["transfer"]["load_tokens"] * s["l2_bytes_per_token"], r
+none = max(r["hit_rate"] for r in runs if r["config"] == "none")
+assert all(r["hit_rate"] > none for r in runs if r["config"] != "none"), runs
+print("ok   hiq bench serve --compare: 8 paired runs in alternating order; every host tier restores")
+PY
+
 # Chat completions need a tokenizer with ChatML's tokens: a second server on
 # a tiny random checkpoint written here, with the Qwen2-style test tokenizer.
 CHAT="$TMP/chat-model"

@@ -38,7 +38,12 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
   const auto page = static_cast<uint64_t>(geometry.page_size);
 
   uint64_t tokens = 0;
-  if (options.size_bytes > 0) {
+  if (options.capacity_tokens > 0) {
+    tokens = options.capacity_tokens / page * page;
+    if (tokens == 0)
+      return invalid_argument("--hicache-tokens " + std::to_string(options.capacity_tokens) + " is less than one page of " +
+                              std::to_string(page) + " tokens");
+  } else if (options.size_bytes > 0) {
     tokens = options.size_bytes / bytes_per_token / page * page;
     if (tokens == 0)
       return invalid_argument("--hicache-size " + format_bytes(options.size_bytes) + " holds no page of " +

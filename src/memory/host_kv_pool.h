@@ -26,14 +26,16 @@ struct HostKvPoolOptions {
   CodecKind codec = CodecKind::kBf16;          // --hicache-codec
   size_t record_align = kDefaultRecordAlign;   // --record-align
   uint64_t size_bytes = 0;                     // --hicache-size; 0: size from `ratio`
+  uint64_t capacity_tokens = 0;                // --hicache-tokens: a capacity in tokens, whatever the codec's
+                                               // record size (equal-capacity comparisons); overrides both above
   double ratio = 2.0;                          // --hicache-ratio: L2 tokens per L1 token (SGLang's default)
   bool populate = true;                        // touch every page at creation
 };
 
 class HostKvPool {
  public:
-  // Sizes the pool from options.size_bytes, or else from options.ratio ×
-  // `l1_tokens`, in whole pages of the geometry. Errors: a geometry or codec
+  // Sizes the pool from options.capacity_tokens, else options.size_bytes,
+  // else options.ratio × `l1_tokens`, in whole pages of the geometry. Errors: a geometry or codec
   // the record formats cannot take (e.g. int4h on head_dim 96), a budget too
   // small for one page, a ratio that is not positive, or memory the machine
   // does not have.

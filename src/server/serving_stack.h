@@ -1,9 +1,14 @@
 // server/serving_stack.h — everything `hiq serve` runs, built from a model
-// directory and the cache flags, and torn down in the right order: the
-// checkpoint and its weights (on the GPU for --device cuda), the L1 pool, the
-// L2 pool and its transfer engine, the radix cache, the model runner and the
-// serving engine thread, plus the tokenizer when the directory has one
-// (tokenizer.json; otherwise the server runs in token-id mode).
+// directory and the cache flags, and torn down in the right order.
+//
+// Two parts. A ServingModel is what depends only on the model directory and
+// the device: the checkpoint and its weights (on the GPU for --device cuda),
+// the tokenizer when the directory has one (tokenizer.json; otherwise the
+// server runs in token-id mode), the EOS ids and the served name. A
+// ServingStack adds the L1 pool, the L2 pool and its transfer engine, the
+// radix cache, the model runner and the serving engine thread. Stacks of
+// different cache configurations can share one ServingModel, one after the
+// other, so a benchmark loads a large checkpoint once.
 #pragma once
 
 #include <memory>
@@ -34,37 +39,70 @@ struct ServeConfig {
   std::string served_model_name;    // --served-model-name; empty: the directory's name
 };
 
-class ServingStack {
+// The model half of a stack. Immutable once loaded; a stack using it reads
+// the weights, so it must outlive every stack built on it (they hold it by
+// shared_ptr).
+class ServingModel {
  public:
+  // Reads config.model_dir (and uploads the weights for config.device).
   // Errors name what failed: the model directory (its files and fields), the
-  // tokenizer, the device (kUnavailable without a GPU), or the pools.
-  static Result<std::unique_ptr<ServingStack>> create(const ServeConfig& config);
-  ~ServingStack();
+  // tokenizer, or the device (kUnavailable without a GPU).
+  static Result<std::shared_ptr<ServingModel>> load(const ServeConfig& config);
+  ~ServingModel();
 
-  ServingEngine& engine() { return *serving_; }
+  const std::string& device() const { return device_; }
+  const LoadedModel& checkpoint() const { return *model_; }
+  // Null on the CPU.
+  CudaModel* cuda_model() const { return cuda_model_.get(); }
   // Null when the model directory has no tokenizer.json (token-id mode).
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
-  const std::string& model_name() const { return model_name_; }
+  const std::string& name() const { return name_; }
   int vocab_size() const { return vocab_size_; }
   // Tokens that end generation unless a request sets ignore_eos
   // (generation_config.json's or config.json's eos_token_id).
   const std::vector<int32_t>& eos_token_ids() const { return eos_; }
+
+ private:
+  ServingModel() = default;
+
+  std::string device_, name_;
+  int vocab_size_ = 0;
+  std::vector<int32_t> eos_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<LoadedModel> model_;
+  std::unique_ptr<CudaModel> cuda_model_;
+};
+
+class ServingStack {
+ public:
+  // Loads the model, then builds the rest. Errors: those of
+  // ServingModel::load, and the pools' (a budget too small, no memory).
+  static Result<std::unique_ptr<ServingStack>> create(const ServeConfig& config);
+  // Builds the cache and the engine of `config` on a model already loaded
+  // (config.model_dir, device and served_model_name are not read again).
+  static Result<std::unique_ptr<ServingStack>> create(const ServeConfig& config,
+                                                      std::shared_ptr<const ServingModel> model);
+  ~ServingStack();
+
+  ServingEngine& engine() { return *serving_; }
+  const ServingModel& model() const { return *model_; }
+  const Tokenizer* tokenizer() const { return model_->tokenizer(); }
+  const std::string& model_name() const { return model_->name(); }
+  int vocab_size() const { return model_->vocab_size(); }
+  const std::vector<int32_t>& eos_token_ids() const { return model_->eos_token_ids(); }
   // The longest prompt + output a request can have: L1's slots.
   size_t context_tokens() const { return l1_->num_slots(); }
   // L2 capacity in tokens (0 without a host tier); its use is in engine().stats().
   size_t host_capacity_tokens() const { return l2_ ? l2_->capacity_tokens() : 0; }
-  const std::string& device() const { return device_; }
+  // The host tier, or null without one.
+  const HostKvPool* host_pool() const { return l2_.get(); }
+  const std::string& device() const { return model_->device(); }
 
  private:
   ServingStack() = default;
 
-  std::string model_name_, device_;
-  int vocab_size_ = 0;
-  std::vector<int32_t> eos_;
-  std::unique_ptr<Tokenizer> tokenizer_;
   // Declared in dependency order, destroyed in reverse.
-  std::unique_ptr<LoadedModel> model_;
-  std::unique_ptr<CudaModel> cuda_model_;
+  std::shared_ptr<const ServingModel> model_;
   std::unique_ptr<DeviceKvPool> l1_;
   std::unique_ptr<HostKvPool> l2_;
   std::unique_ptr<TransferEngine> transfer_;

@@ -2,10 +2,19 @@
 // running server, or against one it starts in-process with --model DIR and
 // the cache flags of `hiq serve`. Takes the workload flags of `hiq sim`, so a
 // simulated and a real run can be compared line by line.
+//
+// In-process, --compare runs the workload once per host-tier configuration on
+// one loaded model, each on a fresh cache and engine: `--repeats` times, in
+// alternating order (forward, then backward, ...) so that the configurations
+// are paired and a drift of the machine over time does not favour one of
+// them; and with --sweep-num-groups, once per working-set size. With --json
+// each run prints one JSON line as it ends.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +27,15 @@
 namespace hiq::cli {
 namespace {
 
+// One host-tier configuration of --compare: "none" (no L2), a codec, or
+// codec/align ("int8/128").
+struct TierConfig {
+  std::string label;
+  bool hicache = true;
+  std::string codec;
+  int64_t record_align = 0;
+};
+
 struct BenchServeFlags {
   ServeFlags stack;  // in-process mode: --model and the cache flags
   LoadOptions load;
@@ -25,8 +43,40 @@ struct BenchServeFlags {
   SharedPrefixWorkload workload;
   MultiTurnWorkload multi_turn;
   int vocab_size = 0;  // 0: from the server's /v1/models
+  std::string compare;               // --compare: configurations, comma-separated
+  int repeats = 1;                   // --repeats
+  std::vector<int> sweep_num_groups; // --sweep-num-groups
   bool json = false;
 };
+
+Result<std::vector<TierConfig>> parse_compare(const std::string& list, int64_t default_align) {
+  std::vector<TierConfig> configs;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) return invalid_argument("--compare has an empty entry in '" + list + "'");
+    TierConfig c;
+    c.label = item;
+    if (item == "none") {
+      c.hicache = false;
+      c.codec = "bf16";
+      c.record_align = default_align;
+    } else {
+      const size_t slash = item.find('/');
+      c.codec = item.substr(0, slash);
+      HIQ_RETURN_IF_ERROR(parse_codec(c.codec).status().with_context("--compare " + item));
+      c.record_align = default_align;
+      if (slash != std::string::npos) {
+        const std::string align = item.substr(slash + 1);
+        if (align.empty() || align.find_first_not_of("0123456789") != std::string::npos || align.size() > 6)
+          return invalid_argument("--compare " + item + ": the alignment after '/' must be a number of bytes");
+        c.record_align = std::stoll(align);
+      }
+    }
+    configs.push_back(std::move(c));
+  }
+  if (configs.empty()) return invalid_argument("--compare needs at least one configuration");
+  return configs;
+}
 
 Result<std::unique_ptr<RequestSource>> make_source(const BenchServeFlags& f, int vocab) {
   if (f.dataset == "generated-shared-prefix") {
@@ -46,96 +96,70 @@ Result<std::unique_ptr<RequestSource>> make_source(const BenchServeFlags& f, int
 
 std::string ms(double s) { return format_fixed(s * 1e3, 1); }
 
-int run_bench_serve(BenchServeFlags f) {
-  // In-process: a server of our own on a free loopback port.
-  std::unique_ptr<ServingStack> stack;
-  std::unique_ptr<HttpServer> server;
-  std::thread serving;
-  if (!f.stack.config.model_dir.empty()) {
-    auto config = build_stack_config(f.stack);
-    if (!config) return report_error("bench serve", config.status());
-    auto built = ServingStack::create(*config);
-    if (!built) return report_error("bench serve", built.status());
-    stack = std::move(*built);
-    HttpOptions http;
-    http.host = "127.0.0.1";
-    http.port = 0;
-    http.threads = std::max(8, f.load.max_concurrency + 4);
-    server = std::make_unique<HttpServer>(*stack, http);
-    auto port = server->bind();
-    if (!port) return report_error("bench serve", port.status());
-    f.load.host = "127.0.0.1";
-    f.load.port = *port;
-    f.load.api_key.clear();
-    serving = std::thread([&] { (void)server->serve(); });
-  }
-  const auto stop_server = [&] {
-    if (server) server->stop();
-    if (serving.joinable()) serving.join();
-  };
+nlohmann::json latency_json(const LatencySummary& s) {
+  return nlohmann::json{{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}};
+}
 
-  int vocab = f.vocab_size;
-  if (vocab <= 0) {
-    auto v = server_vocab_size(f.load);
-    if (!v) {
-      stop_server();
-      return report_error("bench serve", v.status());
-    }
-    vocab = *v;
-  }
-  auto source = make_source(f, vocab);
-  if (!source) {
-    stop_server();
-    return report_error("bench serve", source.status());
-  }
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  auto report = run_load(f.load, **source, [&](size_t done, size_t total) {
-    if (tty) {
-      std::fprintf(stderr, "\rhiq bench serve: %zu/%zu requests", done, total);
-      if (done == total) std::fputc('\n', stderr);
-    } else if (done == total || done % 32 == 0) {
-      std::fprintf(stderr, "hiq bench serve: %zu/%zu requests\n", done, total);
-    }
-  });
-  std::string metrics = server ? server->metrics_text() : std::string();
-  stop_server();
-  if (!report) return report_error("bench serve", report.status());
-  const LoadReport& r = *report;
-  const auto latency = [](const LatencySummary& s) {
-    return nlohmann::json{{"mean", s.mean}, {"p50", s.p50}, {"p90", s.p90}, {"p99", s.p99}, {"max", s.max}};
-  };
-  if (f.json) {
-    nlohmann::json out = {{"requests", r.requests},
-                          {"failed", r.failed},
-                          {"first_error", r.first_error},
-                          {"duration_s", r.duration_seconds},
-                          {"prompt_tokens", r.prompt_tokens},
-                          {"completion_tokens", r.completion_tokens},
-                          {"cached_device_tokens", r.cached_device_tokens},
-                          {"cached_host_tokens", r.cached_host_tokens},
-                          {"hit_rate", r.hit_rate},
-                          {"hit_rate_device", r.hit_rate_device},
-                          {"hit_rate_host", r.hit_rate_host},
-                          {"request_throughput", r.request_throughput},
-                          {"output_throughput", r.output_throughput},
-                          {"ttft_s", latency(r.ttft)},
-                          {"itl_s", latency(r.itl)},
-                          {"e2e_s", latency(r.e2e)}};
-    if (stack) {
-      const ServingStats s = stack->engine().stats();
-      out["server"] = {{"device", stack->device()},
-                       {"l1_slots", stack->context_tokens()},
-                       {"l1_free_slots", s.l1_free_slots},
-                       {"l2_capacity_tokens", stack->host_capacity_tokens()},
-                       {"l2_used_tokens", s.l2_used_tokens},
-                       {"load_back_tokens", s.cache.load_back_tokens},
-                       {"backup_tokens", s.cache.backup_tokens},
-                       {"running", s.running},
-                       {"waiting", s.waiting}};
-    }
-    std::cout << out.dump(2) << '\n';
-    return r.failed == 0 ? 0 : 1;
-  }
+double rate(uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
+
+// What the clients measured, and what the in-process server (when there is
+// one) counted: its tiers, and the bytes and time of its restores and backups.
+nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
+  nlohmann::json out = {{"requests", r.requests},
+                        {"failed", r.failed},
+                        {"first_error", r.first_error},
+                        {"duration_s", r.duration_seconds},
+                        {"prompt_tokens", r.prompt_tokens},
+                        {"completion_tokens", r.completion_tokens},
+                        {"cached_device_tokens", r.cached_device_tokens},
+                        {"cached_host_tokens", r.cached_host_tokens},
+                        {"hit_rate", r.hit_rate},
+                        {"hit_rate_device", r.hit_rate_device},
+                        {"hit_rate_host", r.hit_rate_host},
+                        {"request_throughput", r.request_throughput},
+                        {"output_throughput", r.output_throughput},
+                        {"ttft_s", latency_json(r.ttft)},
+                        {"itl_s", latency_json(r.itl)},
+                        {"e2e_s", latency_json(r.e2e)}};
+  if (!stack) return out;
+  const ServingStats s = stack->engine().stats();
+  const TransferStats& t = s.transfer;
+  const HostKvPool* l2 = stack->host_pool();
+  out["server"] = {{"device", stack->device()},
+                   {"l1_slots", stack->context_tokens()},
+                   {"l1_free_slots", s.l1_free_slots},
+                   {"l2_codec", l2 ? std::string(codec_name(l2->codec())) : "none"},
+                   {"l2_record_align", l2 ? l2->layout(KvPart::kK).record_align : 0},
+                   {"l2_capacity_tokens", stack->host_capacity_tokens()},
+                   {"l2_bytes_per_token", l2 ? l2->bytes_per_token() : 0},
+                   {"l2_reserved_bytes", l2 ? l2->reserved_bytes() : 0},
+                   {"l2_used_tokens", s.l2_used_tokens},
+                   {"load_back_tokens", s.cache.load_back_tokens},
+                   {"load_back_failures", s.cache.load_back_failures},
+                   {"backup_tokens", s.cache.backup_tokens},
+                   {"backup_skipped_tokens", s.cache.backup_skipped_tokens},
+                   {"l1_evicted_to_host_tokens", s.cache.l1_evicted_to_host_tokens},
+                   {"l1_dropped_tokens", s.cache.l1_dropped_tokens},
+                   {"l2_evicted_tokens", s.cache.l2_evicted_tokens},
+                   {"running", s.running},
+                   {"waiting", s.waiting}};
+  // Seconds are summed from each operation's submission to its completion,
+  // so bytes / seconds is the mean rate one operation saw.
+  out["transfer"] = {{"load_ops", t.load_ops},
+                     {"load_tokens", t.load_tokens},
+                     {"load_bytes", t.load_bytes},
+                     {"load_seconds", t.load_seconds},
+                     {"load_gb_per_s", rate(t.load_bytes, t.load_seconds)},
+                     {"backup_ops", t.backup_ops},
+                     {"backup_tokens", t.backup_tokens},
+                     {"backup_bytes", t.backup_bytes},
+                     {"backup_seconds", t.backup_seconds},
+                     {"backup_gb_per_s", rate(t.backup_bytes, t.backup_seconds)},
+                     {"failed_ops", t.failed_ops}};
+  return out;
+}
+
+void print_report(const LoadReport& r) {
   Table t({"requests", "failed", "duration s", "req/s", "out tok/s", "hit rate", "device", "host"});
   t.add_row({std::to_string(r.requests), std::to_string(r.failed), format_fixed(r.duration_seconds, 2),
              format_fixed(r.request_throughput, 2), format_fixed(r.output_throughput, 1),
@@ -147,12 +171,190 @@ int run_bench_serve(BenchServeFlags f) {
   for (const auto& [name, s] : {std::pair{"TTFT", r.ttft}, std::pair{"ITL", r.itl}, std::pair{"E2E", r.e2e}})
     l.add_row({name, ms(s.mean), ms(s.p50), ms(s.p90), ms(s.p99), ms(s.max)});
   l.print(std::cout);
+}
+
+// An HTTP server of our own on a free loopback port, serving `stack` until
+// destroyed; points `load` at it.
+class LocalServer {
+ public:
+  static Result<std::unique_ptr<LocalServer>> start(ServingStack& stack, LoadOptions& load) {
+    auto s = std::unique_ptr<LocalServer>(new LocalServer());
+    HttpOptions http;
+    http.host = "127.0.0.1";
+    http.port = 0;
+    http.threads = std::max(8, load.max_concurrency + 4);
+    s->server_ = std::make_unique<HttpServer>(stack, http);
+    HIQ_ASSIGN_OR_RETURN(int port, s->server_->bind());
+    load.host = "127.0.0.1";
+    load.port = port;
+    load.api_key.clear();
+    s->thread_ = std::thread([server = s->server_.get()] { (void)server->serve(); });
+    return s;
+  }
+  ~LocalServer() {
+    server_->stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  LocalServer() = default;
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+};
+
+// Progress on stderr: every request on a terminal, every 32nd otherwise.
+std::function<void(size_t, size_t)> progress_printer(std::string prefix) {
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  return [tty, prefix = std::move(prefix)](size_t done, size_t total) {
+    if (tty) {
+      std::fprintf(stderr, "\r%s%zu/%zu requests", prefix.c_str(), done, total);
+      if (done == total) std::fputc('\n', stderr);
+    } else if (done == total || done % 32 == 0) {
+      std::fprintf(stderr, "%s%zu/%zu requests\n", prefix.c_str(), done, total);
+    }
+  };
+}
+
+int run_bench_serve(BenchServeFlags f) {
+  std::unique_ptr<ServingStack> stack;
+  std::unique_ptr<LocalServer> server;
+  if (!f.stack.config.model_dir.empty()) {
+    auto config = build_stack_config(f.stack);
+    if (!config) return report_error("bench serve", config.status());
+    auto built = ServingStack::create(*config);
+    if (!built) return report_error("bench serve", built.status());
+    stack = std::move(*built);
+    auto started = LocalServer::start(*stack, f.load);
+    if (!started) return report_error("bench serve", started.status());
+    server = std::move(*started);
+  }
+
+  int vocab = f.vocab_size;
+  if (vocab <= 0) {
+    auto v = server_vocab_size(f.load);
+    if (!v) return report_error("bench serve", v.status());
+    vocab = *v;
+  }
+  auto source = make_source(f, vocab);
+  if (!source) return report_error("bench serve", source.status());
+  auto report = run_load(f.load, **source, progress_printer("hiq bench serve: "));
+  if (!report) return report_error("bench serve", report.status());
+  const LoadReport& r = *report;
+  if (f.json) std::cout << report_json(r, stack.get()).dump(2) << '\n';
+  else print_report(r);
   if (r.failed > 0) std::cerr << "hiq bench serve: " << r.failed << " requests failed; the first: " << r.first_error << '\n';
   return r.failed == 0 ? 0 : 1;
 }
 
-}  // namespace
+// The median of `values` and their range, as "median (min–max)".
+std::string spread(std::vector<double> values, int digits) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  const double median = n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+  std::string out = format_fixed(median, digits);
+  if (n > 1) out += " (" + format_fixed(values.front(), digits) + "–" + format_fixed(values.back(), digits) + ")";
+  return out;
+}
 
+// --compare: every configuration × repeat × working set on one loaded model.
+int run_bench_compare(BenchServeFlags f) {
+  if (f.stack.config.model_dir.empty()) return report_error("bench serve", invalid_argument("--compare needs --model"));
+  if (f.repeats < 1) return report_error("bench serve", invalid_argument("--repeats must be at least 1"));
+  auto configs = parse_compare(f.compare, f.stack.record_align);
+  if (!configs) return report_error("bench serve", configs.status());
+  auto base = build_stack_config(f.stack);
+  if (!base) return report_error("bench serve", base.status());
+  std::fprintf(stderr, "hiq bench serve: loading %s\n", base->model_dir.c_str());
+  auto model = ServingModel::load(*base);
+  if (!model) return report_error("bench serve", model.status());
+  const int vocab = f.vocab_size > 0 ? f.vocab_size : (*model)->vocab_size();
+  std::vector<int> groups = f.sweep_num_groups;
+  if (groups.empty()) groups.push_back(f.workload.num_groups);
+
+  struct Row {
+    int groups = 0;
+    std::string label;
+    std::vector<double> hit, host_hit, ttft_mean, ttft_p50, ttft_p99, itl_p50, throughput;
+    size_t capacity = 0;
+  };
+  std::vector<Row> rows;
+  const size_t total_runs = groups.size() * static_cast<size_t>(f.repeats) * configs->size();
+  size_t run = 0;
+  bool any_failed = false;
+  for (int g : groups) {
+    for (const TierConfig& c : *configs) {
+      Row row;
+      row.groups = g;
+      row.label = c.label;
+      rows.push_back(std::move(row));
+    }
+    for (int repeat = 0; repeat < f.repeats; ++repeat) {
+      for (size_t i = 0; i < configs->size(); ++i) {
+        // Forward on even repeats, backward on odd ones.
+        const size_t index = repeat % 2 == 0 ? i : configs->size() - 1 - i;
+        const TierConfig& c = (*configs)[index];
+        ServeFlags flags = f.stack;
+        flags.no_hicache = !c.hicache;
+        flags.codec = c.codec;
+        flags.record_align = c.record_align;
+        auto config = build_stack_config(flags);
+        if (!config) return report_error("bench serve", config.status().with_context("--compare " + c.label));
+        auto built = ServingStack::create(*config, *model);
+        if (!built) return report_error("bench serve", built.status().with_context("--compare " + c.label));
+        std::unique_ptr<ServingStack> stack = std::move(*built);
+        LoadOptions load = f.load;
+        auto started = LocalServer::start(*stack, load);
+        if (!started) return report_error("bench serve", started.status());
+        std::unique_ptr<LocalServer> server = std::move(*started);
+        BenchServeFlags workload = f;
+        workload.workload.num_groups = g;
+        auto source = make_source(workload, vocab);
+        if (!source) return report_error("bench serve", source.status());
+        ++run;
+        char prefix[160];
+        std::snprintf(prefix, sizeof prefix, "hiq bench serve: run %zu/%zu, %s, %d groups, repeat %d: ", run,
+                      total_runs, c.label.c_str(), g, repeat + 1);
+        auto report = run_load(load, **source, progress_printer(prefix));
+        if (!report) return report_error("bench serve", report.status());
+        server.reset();  // every client has its answer: the engine is idle
+        nlohmann::json out = report_json(*report, stack.get());
+        out["config"] = c.label;
+        out["num_groups"] = g;
+        out["repeat"] = repeat;
+        out["position"] = i;  // where in this repeat's order the configuration ran
+        if (f.json) std::cout << out.dump() << std::endl;
+        if (report->failed > 0) {
+          any_failed = true;
+          std::cerr << "hiq bench serve: " << c.label << ": " << report->failed
+                    << " requests failed; the first: " << report->first_error << '\n';
+        }
+        Row& row = rows[rows.size() - configs->size() + index];
+        const LoadReport& r = *report;
+        row.hit.push_back(r.hit_rate * 100);
+        row.host_hit.push_back(r.hit_rate_host * 100);
+        row.ttft_mean.push_back(r.ttft.mean * 1e3);
+        row.ttft_p50.push_back(r.ttft.p50 * 1e3);
+        row.ttft_p99.push_back(r.ttft.p99 * 1e3);
+        row.itl_p50.push_back(r.itl.p50 * 1e3);
+        row.throughput.push_back(r.output_throughput);
+        row.capacity = stack->host_capacity_tokens();
+      }
+    }
+  }
+  if (!f.json) {
+    std::cout << "median (min–max) over " << f.repeats << " repeat(s)\n";
+    Table t({"groups", "L2", "L2 tokens", "hit %", "host hit %", "TTFT mean ms", "TTFT p50 ms", "TTFT p99 ms",
+             "ITL p50 ms", "out tok/s"});
+    for (const Row& r : rows)
+      t.add_row({std::to_string(r.groups), r.label, std::to_string(r.capacity), spread(r.hit, 1),
+                 spread(r.host_hit, 1), spread(r.ttft_mean, 0), spread(r.ttft_p50, 0), spread(r.ttft_p99, 0),
+                 spread(r.itl_p50, 1), spread(r.throughput, 0)});
+    t.print(std::cout);
+  }
+  return any_failed ? 1 : 0;
+}
+
+}  // namespace
 std::function<int()> add_bench_serve_command(CLI::App& bench) {
   auto f = std::make_shared<BenchServeFlags>();
   f->workload.num_groups = 8;
@@ -185,8 +387,17 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
   app->add_option("--max-concurrency", f->load.max_concurrency, "Clients at once (closed loop)")->capture_default_str();
   app->add_option("--request-rate", f->load.request_rate, "Request starts per second (Poisson; inf: no pacing)")
       ->capture_default_str();
-  app->add_flag("--json", f->json, "Print JSON");
-  return [f, app] { return app->parsed() ? run_bench_serve(*f) : -1; };
+  app->add_option("--compare", f->compare,
+                  "In-process: run once per host tier, e.g. none,bf16,int8,int8/128,fp8,int4,int4h (codec/align)");
+  app->add_option("--repeats", f->repeats, "--compare: runs of each configuration, in alternating order")
+      ->capture_default_str();
+  app->add_option("--sweep-num-groups", f->sweep_num_groups, "--compare: repeat everything for each group count")
+      ->delimiter(',');
+  app->add_flag("--json", f->json, "Print JSON (--compare: one line per run)");
+  return [f, app] {
+    if (!app->parsed()) return -1;
+    return f->compare.empty() ? run_bench_serve(*f) : run_bench_compare(*f);
+  };
 }
 
 }  // namespace hiq::cli

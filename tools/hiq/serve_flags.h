@@ -18,6 +18,7 @@ struct ServeFlags {
   int64_t max_total_tokens = 0;
   std::string hicache_size = "0";
   double hicache_ratio = 2.0;
+  int64_t hicache_tokens = 0;
   std::string write_policy = "write_through";
   std::string codec = "int8";
   int64_t record_align = static_cast<int64_t>(kDefaultRecordAlign);
@@ -33,6 +34,8 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
   if (c.page_size < 1) return invalid_argument("--page-size must be positive");
   c.hicache = !f.no_hicache;
   HIQ_ASSIGN_OR_RETURN(c.host, host_tier_options(f.codec, f.record_align, f.hicache_size, f.hicache_ratio));
+  if (f.hicache_tokens < 0) return invalid_argument("--hicache-tokens must not be negative");
+  c.host.capacity_tokens = static_cast<uint64_t>(f.hicache_tokens);
   HIQ_ASSIGN_OR_RETURN(c.cache.write_policy, parse_write_policy(f.write_policy));
   if (f.max_prefill_tokens <= 0) return invalid_argument("--max-prefill-tokens must be positive");
   c.scheduler.max_prefill_tokens = static_cast<size_t>(f.max_prefill_tokens);
@@ -52,6 +55,9 @@ inline void add_stack_flags(CLI::App* app, ServeFlags& flags) {
   app->add_option("--hicache-size", f->hicache_size, "Host (L2) budget: 8GB, 8GiB; 0 uses --hicache-ratio")
       ->capture_default_str();
   app->add_option("--hicache-ratio", f->hicache_ratio, "L2 tokens per L1 token, when --hicache-size is 0")
+      ->capture_default_str();
+  app->add_option("--hicache-tokens", f->hicache_tokens,
+                  "L2 capacity in tokens whatever the codec (overrides --hicache-size; 0: off)")
       ->capture_default_str();
   app->add_option("--hicache-write-policy", f->write_policy, "write_through, write_through_selective or write_back")
       ->capture_default_str();

@@ -26,6 +26,7 @@ std::function<int()> add_bench_model_command(CLI::App& bench);
 std::function<int()> add_bench_serve_command(CLI::App& bench);
 Subcommand add_generate_command(CLI::App& parent);
 Subcommand add_serve_command(CLI::App& parent);
+Subcommand add_quality_command(CLI::App& parent);
 
 // Prints "hiq <command>: error: <message>" to stderr and returns exit code 1.
 int report_error(const std::string& command, const Status& status);

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
       hiq::cli::add_bench_command(app),
       hiq::cli::add_generate_command(app),
       hiq::cli::add_serve_command(app),
+      hiq::cli::add_quality_command(app),
   };
   try {
     app.parse(argc, argv);

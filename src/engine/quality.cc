@@ -1,0 +1,335 @@
+#include "engine/quality.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "cache/radix_cache.h"
+
+namespace hiq {
+namespace {
+
+// Slots taken from an allocator and given back on destruction, unless handed
+// over (to the radix cache) first.
+class SlotLease {
+ public:
+  static Result<SlotLease> take(SlotAllocator& allocator, size_t n) {
+    HIQ_ASSIGN_OR_RETURN(std::vector<SlotId> ids, allocator.allocate(n));
+    return SlotLease(allocator, std::move(ids));
+  }
+  SlotLease(SlotLease&& other) noexcept : allocator_(other.allocator_), ids_(std::move(other.ids_)) {
+    other.ids_.clear();
+  }
+  SlotLease& operator=(SlotLease&&) = delete;
+  ~SlotLease() {
+    if (!ids_.empty()) (void)allocator_.free(ids_);
+  }
+  std::span<const SlotId> ids() const { return ids_; }
+  std::vector<SlotId> hand_over() { return std::exchange(ids_, {}); }
+
+ private:
+  SlotLease(SlotAllocator& allocator, std::vector<SlotId> ids) : allocator_(allocator), ids_(std::move(ids)) {}
+  SlotAllocator& allocator_;
+  std::vector<SlotId> ids_;
+};
+
+std::vector<SlotId> concat(std::span<const SlotId> a, std::span<const SlotId> b, size_t b_count) {
+  std::vector<SlotId> out(a.begin(), a.end());
+  out.insert(out.end(), b.begin(), b.begin() + static_cast<std::ptrdiff_t>(b_count));
+  return out;
+}
+
+size_t argmax(std::span<const float> logits) {
+  return static_cast<size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// log softmax of one row, in double.
+void log_softmax(std::span<const float> logits, std::vector<double>& out) {
+  out.resize(logits.size());
+  const double top = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - top);
+  const double log_sum = top + std::log(sum);
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_sum;
+}
+
+// Sums over texts, turned into a CodecQuality at the end.
+struct Accumulator {
+  size_t texts = 0;
+  uint64_t restored_tokens = 0, restored_bytes = 0;
+  double nll_reference = 0, nll = 0, kl_sum = 0, kl_max = 0;
+  uint64_t heldout = 0, agree_heldout = 0, greedy = 0, agree_greedy = 0;
+  double k_error2 = 0, k_norm2 = 0, v_error2 = 0, v_norm2 = 0, max_abs_error = 0;
+
+  CodecQuality result(CodecKind codec) const {
+    CodecQuality q;
+    q.codec = codec;
+    q.texts = texts;
+    q.valid = restored_tokens > 0;
+    q.restored_tokens = restored_tokens;
+    q.restored_bytes = restored_bytes;
+    q.heldout_positions = heldout;
+    q.greedy_positions = greedy;
+    if (heldout > 0) {
+      q.perplexity_reference = std::exp(nll_reference / static_cast<double>(heldout));
+      q.perplexity = std::exp(nll / static_cast<double>(heldout));
+      q.perplexity_change = q.perplexity / q.perplexity_reference - 1;
+      q.kl_mean = kl_sum / static_cast<double>(heldout);
+      q.top1_heldout = static_cast<double>(agree_heldout) / static_cast<double>(heldout);
+    }
+    q.kl_max = kl_max;
+    if (greedy > 0) q.top1_greedy = static_cast<double>(agree_greedy) / static_cast<double>(greedy);
+    q.k_relative_rms = k_norm2 > 0 ? std::sqrt(k_error2 / k_norm2) : 0;
+    q.v_relative_rms = v_norm2 > 0 ? std::sqrt(v_error2 / v_norm2) : 0;
+    q.max_abs_error = max_abs_error;
+    return q;
+  }
+};
+
+// One codec's host tier: its L2 pool, transfer engine and radix cache
+// (destroyed in reverse: the cache first).
+struct CodecTier {
+  CodecKind codec = CodecKind::kBf16;
+  std::unique_ptr<HostKvPool> l2;
+  std::unique_ptr<TransferEngine> transfer;
+  std::unique_ptr<RadixCache> cache;
+  Accumulator sums;
+};
+
+// What the reference computed for one text.
+struct Reference {
+  std::vector<float> continuation_logits;  // [C][vocab]
+  std::vector<int32_t> greedy_tokens;       // G tokens after t[P]
+};
+
+float bf16_to_float(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+
+// Adds the error of the restored rows against the original ones.
+Status compare_kv(DeviceKvPool& l1, std::span<const SlotId> original, std::span<const SlotId> restored,
+                  Accumulator& sums) {
+  const KvGeometry& g = l1.geometry();
+  std::vector<uint16_t> a, b;
+  for (int layer = 0; layer < g.num_layers; ++layer) {
+    for (KvPart part : {KvPart::kK, KvPart::kV}) {
+      const size_t row = l1.row_elements(part);
+      if (row == 0) continue;  // MLA has no V rows
+      a.resize(original.size() * row);
+      b.resize(restored.size() * row);
+      HIQ_RETURN_IF_ERROR(l1.read_rows(layer, part, original, a.data()));
+      HIQ_RETURN_IF_ERROR(l1.read_rows(layer, part, restored, b.data()));
+      double& error2 = part == KvPart::kK ? sums.k_error2 : sums.v_error2;
+      double& norm2 = part == KvPart::kK ? sums.k_norm2 : sums.v_norm2;
+      for (size_t i = 0; i < a.size(); ++i) {
+        const double x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
+        error2 += (y - x) * (y - x);
+        norm2 += x * x;
+        sums.max_abs_error = std::max(sums.max_abs_error, std::abs(y - x));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status copy_kv(DeviceKvPool& l1, std::span<const SlotId> from, std::span<const SlotId> to) {
+  std::vector<uint16_t> rows;
+  for (int layer = 0; layer < l1.geometry().num_layers; ++layer) {
+    for (KvPart part : {KvPart::kK, KvPart::kV}) {
+      const size_t row = l1.row_elements(part);
+      if (row == 0) continue;
+      rows.resize(from.size() * row);
+      HIQ_RETURN_IF_ERROR(l1.read_rows(layer, part, from, rows.data()));
+      HIQ_RETURN_IF_ERROR(l1.write_rows(layer, part, to, rows.data()));
+    }
+  }
+  return Status::ok();
+}
+
+class Evaluator {
+ public:
+  Evaluator(QualityModel& model, const QualityOptions& options) : model_(model), options_(options) {}
+
+  Status add_tier(CodecKind codec) {
+    CodecTier tier;
+    tier.codec = codec;
+    HostKvPoolOptions host;
+    host.codec = codec;
+    host.record_align = options_.record_align;
+    host.capacity_tokens = options_.prefix_len;
+    HIQ_ASSIGN_OR_RETURN(tier.l2, HostKvPool::create(model_.l1->geometry(), host, model_.l1->num_slots()));
+    HIQ_ASSIGN_OR_RETURN(tier.transfer, model_.make_transfer(*tier.l2));
+    tier.cache = std::make_unique<RadixCache>(*model_.l1, tier.l2.get(), tier.transfer.get());
+    tiers_.push_back(std::move(tier));
+    return Status::ok();
+  }
+
+  Status run(std::span<const int32_t> text) {
+    const size_t P = options_.prefix_len, C = options_.continuation_len, G = options_.greedy_len;
+    SlotAllocator& slots = model_.l1->allocator();
+    HIQ_ASSIGN_OR_RETURN(SlotLease prefix, SlotLease::take(slots, P));
+    HIQ_ASSIGN_OR_RETURN(SlotLease scratch, SlotLease::take(slots, std::max(C, G)));
+    const std::span<const int32_t> prefix_tokens = text.first(P);
+    HIQ_RETURN_IF_ERROR(model_.forward(prefix_tokens, prefix.ids(), 0, false).status());
+    HIQ_ASSIGN_OR_RETURN(Reference reference, run_reference(text, prefix.ids(), scratch.ids()));
+    for (CodecTier& tier : tiers_) HIQ_RETURN_IF_ERROR(run_tier(tier, text, prefix.ids(), scratch.ids(), reference));
+    return Status::ok();
+  }
+
+  QualityReport report(size_t texts) const {
+    QualityReport r;
+    r.texts = texts;
+    for (const CodecTier& tier : tiers_) r.codecs.push_back(tier.sums.result(tier.codec));
+    return r;
+  }
+
+ private:
+  Result<Reference> run_reference(std::span<const int32_t> text, std::span<const SlotId> prefix,
+                                  std::span<const SlotId> scratch) {
+    const size_t P = options_.prefix_len, C = options_.continuation_len, G = options_.greedy_len;
+    Reference ref;
+    HIQ_ASSIGN_OR_RETURN(ref.continuation_logits,
+                         model_.forward(text.first(P + C), concat(prefix, scratch, C), P, true));
+    // Greedy after t[P], one token at a time; each step reads the KV the
+    // steps before it wrote.
+    std::vector<int32_t> tokens(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(P + 1));
+    const std::vector<SlotId> all = concat(prefix, scratch, G);
+    for (size_t k = 0; k < G; ++k) {
+      HIQ_ASSIGN_OR_RETURN(std::vector<float> logits,
+                           model_.forward(tokens, std::span(all).first(tokens.size()), tokens.size() - 1, false));
+      const auto next = static_cast<int32_t>(argmax(logits));
+      ref.greedy_tokens.push_back(next);
+      tokens.push_back(next);
+    }
+    return ref;
+  }
+
+  // The prefix through `tier`: into the tree, backed up, evicted from L1,
+  // matched as host-only and restored; then the passes of the reference.
+  Status run_tier(CodecTier& tier, std::span<const int32_t> text, std::span<const SlotId> prefix,
+                  std::span<const SlotId> scratch, const Reference& ref) {
+    const size_t P = options_.prefix_len, C = options_.continuation_len, G = options_.greedy_len;
+    const std::string name(codec_name(tier.codec));
+    RadixCache& cache = *tier.cache;
+    const std::span<const int32_t> prefix_tokens = text.first(P);
+
+    HIQ_ASSIGN_OR_RETURN(SlotLease copy, SlotLease::take(model_.l1->allocator(), P));
+    HIQ_RETURN_IF_ERROR(copy_kv(*model_.l1, prefix, copy.ids()));
+    const std::vector<SlotId> handed = copy.hand_over();
+    cache.insert(prefix_tokens, handed);
+    cache.drain_transfers();
+    if (cache.l2_tokens() < P)
+      return internal_error(name + ": the prefix was not backed up to L2 (" + std::to_string(cache.l2_tokens()) +
+                            " of " + std::to_string(P) + " tokens)");
+    cache.evict_l1(P);
+    const PrefixMatch match = cache.match_prefix(prefix_tokens);
+    if (!match.l1_slots.empty() || match.host_tokens != P)
+      return internal_error(name + ": after eviction the prefix matched " + std::to_string(match.l1_slots.size()) +
+                            " L1 and " + std::to_string(match.host_tokens) + " host tokens, not " +
+                            std::to_string(P) + " host tokens");
+    const uint64_t bytes_before = tier.transfer->stats().load_bytes;
+    HIQ_ASSIGN_OR_RETURN(LoadBack restore, cache.load_back(match));
+    HIQ_RETURN_IF_ERROR(tier.transfer->wait(restore.ticket).with_context(name + " restore"));
+    cache.poll_transfers();
+    CacheLock lock = cache.lock(restore.node);
+    const std::vector<SlotId> restored = restore.l1_slots;
+    tier.sums.restored_tokens += restored.size();
+    tier.sums.restored_bytes += tier.transfer->stats().load_bytes - bytes_before;
+
+    HIQ_ASSIGN_OR_RETURN(std::vector<float> continuation,
+                         model_.forward(text.first(P + C), concat(restored, scratch, C), P, true));
+    score_continuation(text, ref.continuation_logits, continuation, tier.sums);
+
+    std::vector<int32_t> forced(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(P + 1));
+    forced.insert(forced.end(), ref.greedy_tokens.begin(), ref.greedy_tokens.end() - 1);
+    HIQ_ASSIGN_OR_RETURN(std::vector<float> greedy, model_.forward(forced, concat(restored, scratch, G), P, true));
+    const size_t vocab = static_cast<size_t>(model_.vocab_size);
+    for (size_t k = 0; k < G; ++k) {
+      tier.sums.agree_greedy += argmax(std::span(greedy).subspan(k * vocab, vocab)) ==
+                                static_cast<size_t>(ref.greedy_tokens[k]);
+    }
+    tier.sums.greedy += G;
+
+    HIQ_RETURN_IF_ERROR(compare_kv(*model_.l1, prefix, restored, tier.sums));
+    ++tier.sums.texts;
+    lock.release();
+    cache.clear();
+    if (cache.l1_tokens() != 0 || cache.l2_tokens() != 0)
+      return internal_error(name + ": the cache kept " + std::to_string(cache.l1_tokens()) + " L1 and " +
+                            std::to_string(cache.l2_tokens()) + " L2 tokens after clear()");
+    return Status::ok();
+  }
+
+  void score_continuation(std::span<const int32_t> text, std::span<const float> reference,
+                          std::span<const float> restored, Accumulator& sums) {
+    const size_t P = options_.prefix_len, C = options_.continuation_len;
+    const size_t vocab = static_cast<size_t>(model_.vocab_size);
+    for (size_t i = 0; i < C; ++i) {
+      const std::span<const float> ref_row = reference.subspan(i * vocab, vocab);
+      const std::span<const float> row = restored.subspan(i * vocab, vocab);
+      log_softmax(ref_row, ref_log_);
+      log_softmax(row, log_);
+      const auto target = static_cast<size_t>(text[P + i + 1]);
+      sums.nll_reference -= ref_log_[target];
+      sums.nll -= log_[target];
+      double kl = 0;
+      for (size_t v = 0; v < vocab; ++v) kl += std::exp(ref_log_[v]) * (ref_log_[v] - log_[v]);
+      kl = std::max(kl, 0.0);  // rounding can make an exact match a hair negative
+      sums.kl_sum += kl;
+      sums.kl_max = std::max(sums.kl_max, kl);
+      sums.agree_heldout += argmax(ref_row) == argmax(row);
+      ++sums.heldout;
+    }
+  }
+
+  QualityModel& model_;
+  const QualityOptions& options_;
+  std::vector<CodecTier> tiers_;
+  std::vector<double> ref_log_, log_;
+};
+
+}  // namespace
+
+Status QualityOptions::validate() const {
+  if (prefix_len == 0) return invalid_argument("--prefix-len must be positive");
+  if (continuation_len == 0) return invalid_argument("--continuation-len must be positive");
+  if (greedy_len == 0) return invalid_argument("--greedy-len must be positive");
+  if (codecs.empty()) return invalid_argument("--hicache-codec needs at least one codec");
+  return Status::ok();
+}
+
+size_t quality_l1_slots(const QualityOptions& options) {
+  return 2 * options.prefix_len + std::max(options.continuation_len, options.greedy_len);
+}
+
+Result<QualityReport> evaluate_quality(QualityModel& model, std::span<const std::vector<int32_t>> texts,
+                                       const QualityOptions& options,
+                                       const std::function<void(size_t, size_t)>& progress) {
+  HIQ_RETURN_IF_ERROR(options.validate());
+  if (model.l1 == nullptr || !model.forward || !model.make_transfer || model.vocab_size <= 0)
+    return invalid_argument("evaluate_quality: the model is incomplete");
+  if (model.l1->geometry().page_size != 1)
+    return invalid_argument("evaluate_quality needs an L1 of page size 1 (the prefix is restored token by token)");
+  if (model.l1->allocator().free_count() < quality_l1_slots(options))
+    return invalid_argument("evaluate_quality needs " + std::to_string(quality_l1_slots(options)) +
+                            " free L1 slots; the pool has " + std::to_string(model.l1->allocator().free_count()));
+  const size_t needed = options.prefix_len + options.continuation_len + 1;
+  for (size_t i = 0; i < texts.size(); ++i)
+    if (texts[i].size() < needed)
+      return invalid_argument("text " + std::to_string(i) + " has " + std::to_string(texts[i].size()) +
+                              " tokens; prefix + continuation + 1 = " + std::to_string(needed) + " are needed");
+  Evaluator evaluator(model, options);
+  for (CodecKind codec : options.codecs) HIQ_RETURN_IF_ERROR(evaluator.add_tier(codec));
+  for (size_t i = 0; i < texts.size(); ++i) {
+    HIQ_RETURN_IF_ERROR(evaluator.run(texts[i]).with_context("text " + std::to_string(i)));
+    if (progress) progress(i + 1, texts.size());
+  }
+  return evaluator.report(texts.size());
+}
+
+}  // namespace hiq

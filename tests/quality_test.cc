@@ -1,0 +1,114 @@
+// evaluate_quality on the CPU backend with the tiny Qwen3 checkpoint: the
+// prefix really goes through L2, the exact codec is exact, the lossy ones
+// rank as their error bounds say, and bad input is refused.
+#include "engine/quality.h"
+
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "model/loaded_model.h"
+
+namespace hiq {
+namespace {
+
+class QualityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto loaded = LoadedModel::load(std::string(HIQ_TEST_MODELS_DIR) + "/tiny-qwen3");
+    ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+    model_ = std::move(*loaded);
+    options_.prefix_len = 48;
+    options_.continuation_len = 24;
+    options_.greedy_len = 8;
+  }
+
+  // A CPU QualityModel over an L1 of `slots` tokens.
+  QualityModel make(size_t slots) {
+    auto l1 = make_host_memory_device_pool(model_->config().kv_geometry(1), slots);
+    EXPECT_TRUE(l1.is_ok());
+    l1_ = std::move(*l1);
+    QualityModel q;
+    q.l1 = l1_.get();
+    q.vocab_size = model_->shape().vocab_size;
+    const LoadedModel* m = model_.get();
+    DeviceKvPool* pool = l1_.get();
+    q.forward = [m, pool](std::span<const int32_t> tokens, std::span<const SlotId> s, size_t first_new, bool all) {
+      return cpu_forward(m->shape(), m->weights(), *pool, tokens, s, first_new, all);
+    };
+    q.make_transfer = [pool](HostKvPool& l2) { return make_cpu_transfer_engine(*pool, l2); };
+    return q;
+  }
+
+  std::vector<std::vector<int32_t>> texts(size_t count, size_t length) {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> token(0, model_->shape().vocab_size - 1);
+    std::vector<std::vector<int32_t>> out(count, std::vector<int32_t>(length));
+    for (auto& text : out)
+      for (int32_t& t : text) t = token(rng);
+    return out;
+  }
+
+  std::unique_ptr<LoadedModel> model_;
+  std::unique_ptr<DeviceKvPool> l1_;
+  QualityOptions options_;
+};
+
+TEST_F(QualityTest, ExactCodecMatchesTheReferenceAndLossyCodecsRankByTheirError) {
+  QualityModel model = make(quality_l1_slots(options_));
+  const auto inputs = texts(3, 80);
+  options_.codecs = {CodecKind::kBf16, CodecKind::kInt8, CodecKind::kInt4};
+  auto report = evaluate_quality(model, inputs, options_);
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  ASSERT_EQ(report->codecs.size(), 3u);
+  for (const CodecQuality& q : report->codecs) {
+    EXPECT_TRUE(q.valid);
+    EXPECT_EQ(q.texts, 3u);
+    EXPECT_EQ(q.restored_tokens, 3u * 48);
+    EXPECT_GT(q.restored_bytes, 0u);
+    EXPECT_EQ(q.heldout_positions, 3u * 24);
+    EXPECT_EQ(q.greedy_positions, 3u * 8);
+    EXPECT_GT(q.perplexity_reference, 1.0);
+  }
+  const CodecQuality& bf16 = report->codecs[0];
+  const CodecQuality& int8 = report->codecs[1];
+  const CodecQuality& int4 = report->codecs[2];
+  // The exact restore: the same bits, so the same logits.
+  EXPECT_EQ(bf16.kl_max, 0.0);
+  EXPECT_EQ(bf16.perplexity, bf16.perplexity_reference);
+  EXPECT_EQ(bf16.top1_heldout, 1.0);
+  EXPECT_EQ(bf16.top1_greedy, 1.0);
+  EXPECT_EQ(bf16.k_relative_rms, 0.0);
+  EXPECT_EQ(bf16.max_abs_error, 0.0);
+  // Lossy codecs change the KV, int4 more than int8, and the output with it.
+  EXPECT_GT(int8.k_relative_rms, 0.0);
+  EXPECT_LT(int8.k_relative_rms, 0.02);
+  EXPECT_GT(int4.k_relative_rms, 3 * int8.k_relative_rms);
+  EXPECT_GT(int4.v_relative_rms, 3 * int8.v_relative_rms);
+  EXPECT_GT(int8.kl_mean, 0.0);
+  EXPECT_GT(int4.kl_mean, int8.kl_mean);
+  EXPECT_EQ(int8.perplexity_reference, bf16.perplexity_reference);
+  // Nothing is left behind: every L1 slot is free again.
+  EXPECT_EQ(l1_->allocator().free_count(), l1_->num_slots());
+}
+
+TEST_F(QualityTest, RefusesTextsTooShortAndAnL1TooSmall) {
+  QualityModel model = make(quality_l1_slots(options_));
+  const auto short_texts = texts(1, 48 + 24);  // one token short of prefix + continuation + 1
+  auto report = evaluate_quality(model, short_texts, options_);
+  ASSERT_FALSE(report.is_ok());
+  EXPECT_NE(report.status().message().find("73 are needed"), std::string::npos) << report.status().message();
+
+  const auto inputs = texts(1, 80);
+  QualityOptions no_codecs = options_;
+  no_codecs.codecs.clear();
+  EXPECT_FALSE(evaluate_quality(model, inputs, no_codecs).is_ok());
+
+  QualityModel small = make(quality_l1_slots(options_) - 1);  // replaces the pool `model` used
+  report = evaluate_quality(small, inputs, options_);
+  ASSERT_FALSE(report.is_ok());
+  EXPECT_NE(report.status().message().find("free L1 slots"), std::string::npos) << report.status().message();
+}
+
+}  // namespace
+}  // namespace hiq

@@ -46,6 +46,7 @@ struct BenchServeFlags {
   std::string compare;               // --compare: configurations, comma-separated
   int repeats = 1;                   // --repeats
   std::vector<int> sweep_num_groups; // --sweep-num-groups
+  bool warmup = true;                // --compare: an unrecorded run first (--no-warmup: none)
   bool json = false;
 };
 
@@ -277,6 +278,29 @@ int run_bench_compare(BenchServeFlags f) {
     std::vector<double> hit, host_hit, ttft_mean, ttft_p50, ttft_p99, itl_p50, throughput;
     size_t capacity = 0;
   };
+  // One unrecorded run of the first configuration on a quarter of the first
+  // workload, so that the first measured run does not pay for start-up
+  // (library handles, kernel loading, first-touch of memory).
+  if (f.warmup) {
+    ServeFlags flags = f.stack;
+    flags.no_hicache = !(*configs)[0].hicache;
+    flags.codec = (*configs)[0].codec;
+    flags.record_align = (*configs)[0].record_align;
+    auto config = build_stack_config(flags);
+    if (!config) return report_error("bench serve", config.status());
+    auto built = ServingStack::create(*config, *model);
+    if (!built) return report_error("bench serve", built.status());
+    LoadOptions load = f.load;
+    auto started = LocalServer::start(**built, load);
+    if (!started) return report_error("bench serve", started.status());
+    BenchServeFlags workload = f;
+    workload.workload.num_groups = std::max(1, groups[0] / 4);
+    auto source = make_source(workload, vocab);
+    if (!source) return report_error("bench serve", source.status());
+    auto report = run_load(load, **source, progress_printer("hiq bench serve: warm-up: "));
+    if (!report) return report_error("bench serve", report.status());
+  }
+
   std::vector<Row> rows;
   const size_t total_runs = groups.size() * static_cast<size_t>(f.repeats) * configs->size();
   size_t run = 0;
@@ -320,6 +344,11 @@ int run_bench_compare(BenchServeFlags f) {
         nlohmann::json out = report_json(*report, stack.get());
         out["config"] = c.label;
         out["num_groups"] = g;
+        out["workload"] = {{"prompts_per_group", f.workload.prompts_per_group},
+                           {"system_prompt_len", f.workload.system_prompt_len},
+                           {"question_len", f.workload.question_len},
+                           {"output_len", f.workload.output_len},
+                           {"max_concurrency", f.load.max_concurrency}};
         out["repeat"] = repeat;
         out["position"] = i;  // where in this repeat's order the configuration ran
         if (f.json) std::cout << out.dump() << std::endl;
@@ -393,6 +422,7 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
       ->capture_default_str();
   app->add_option("--sweep-num-groups", f->sweep_num_groups, "--compare: repeat everything for each group count")
       ->delimiter(',');
+  app->add_flag("!--no-warmup", f->warmup, "--compare: no unrecorded warm-up run first");
   app->add_flag("--json", f->json, "Print JSON (--compare: one line per run)");
   return [f, app] {
     if (!app->parsed()) return -1;

@@ -14,8 +14,9 @@
 //   - KL(reference ‖ restored) of every next-token distribution: mean, max;
 //   - top-1 agreement of the restored run's argmax with the reference's,
 //     along the held-out continuation and along the reference's greedy
-//     continuation (teacher-forced: one disagreement does not derail the
-//     positions after it);
+//     continuation (teacher-forced on the reference's greedy tokens, in
+//     both runs by one pass of the same shape: one disagreement does not
+//     derail the positions after it, and the comparison sees only the KV);
 //   - the restored KV against the original: relative RMS error of K and of
 //     V, and the largest absolute error;
 //   - the tokens restored from L2. A codec for which nothing was restored has
@@ -76,7 +77,7 @@ struct CodecQuality {
   double perplexity_change = 0;    // perplexity / perplexity_reference − 1
   double kl_mean = 0, kl_max = 0;  // nats, over held-out positions
   double top1_heldout = 0;         // fraction of held-out positions whose argmax matches the reference's
-  double top1_greedy = 0;          // fraction of greedy positions whose argmax is the reference's token
+  double top1_greedy = 0;          // fraction of greedy positions whose argmax matches the reference's
   uint64_t greedy_positions = 0, heldout_positions = 0;
   double k_relative_rms = 0, v_relative_rms = 0;  // ‖restored − original‖ / ‖original‖ over all layers
   double max_abs_error = 0;

@@ -143,7 +143,10 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
                    {"l1_dropped_tokens", s.cache.l1_dropped_tokens},
                    {"l2_evicted_tokens", s.cache.l2_evicted_tokens},
                    {"running", s.running},
-                   {"waiting", s.waiting}};
+                   {"waiting", s.waiting},
+                   {"finished", s.finished},
+                   {"failed", s.failed},
+                   {"cancelled", s.cancelled}};
   // Seconds are summed from each operation's submission to its completion,
   // so bytes / seconds is the mean rate one operation saw.
   out["transfer"] = {{"load_ops", t.load_ops},

@@ -337,10 +337,14 @@ struct HttpServer::Impl {
       };
       if (j.chat) send(openai::chat_role_chunk(ctx));
       RequestResult result;
+      int unwritable_checks = 0;
       while (true) {
         const auto event = stream->next(100ms);
         if (!event) {
-          if (!sink.is_writable()) client_gone = true;
+          // A client that went away stays away, while one failed readiness
+          // check may be transient (an interrupted poll): two in a row decide.
+          if (sink.is_writable()) unwritable_checks = 0;
+          else if (++unwritable_checks >= 2) client_gone = true;
           cancel_if_gone();
           continue;  // the engine finishes a cancelled request promptly
         }

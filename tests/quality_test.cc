@@ -32,16 +32,7 @@ class QualityTest : public ::testing::Test {
     auto l1 = make_host_memory_device_pool(model_->config().kv_geometry(1), slots);
     EXPECT_TRUE(l1.is_ok());
     l1_ = std::move(*l1);
-    QualityModel q;
-    q.l1 = l1_.get();
-    q.vocab_size = model_->shape().vocab_size;
-    const LoadedModel* m = model_.get();
-    DeviceKvPool* pool = l1_.get();
-    q.forward = [m, pool](std::span<const int32_t> tokens, std::span<const SlotId> s, size_t first_new, bool all) {
-      return cpu_forward(m->shape(), m->weights(), *pool, tokens, s, first_new, all);
-    };
-    q.make_transfer = [pool](HostKvPool& l2) { return make_cpu_transfer_engine(*pool, l2); };
-    return q;
+    return cpu_quality_model(model_->shape(), model_->weights(), *l1_);
   }
 
   std::vector<std::vector<int32_t>> texts(size_t count, size_t length) {
@@ -142,14 +133,7 @@ TEST(QualityTrainedModelTest, Int8RestoreKeepsTheTrainedModelsPredictions) {
   const LoadedModel& m = **loaded;
   auto l1 = make_host_memory_device_pool(m.config().kv_geometry(1), quality_l1_slots(options));
   ASSERT_TRUE(l1.is_ok());
-  DeviceKvPool* pool = l1->get();
-  QualityModel model;
-  model.l1 = pool;
-  model.vocab_size = m.shape().vocab_size;
-  model.forward = [&m, pool](std::span<const int32_t> tokens, std::span<const SlotId> s, size_t first_new, bool all) {
-    return cpu_forward(m.shape(), m.weights(), *pool, tokens, s, first_new, all);
-  };
-  model.make_transfer = [pool](HostKvPool& l2) { return make_cpu_transfer_engine(*pool, l2); };
+  QualityModel model = cpu_quality_model(m.shape(), m.weights(), **l1);
   auto report = evaluate_quality(model, texts, options);
   ASSERT_TRUE(report.is_ok()) << report.status().message();
   const CodecQuality& bf16 = report->codecs[0];

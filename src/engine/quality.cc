@@ -252,9 +252,9 @@ class Evaluator {
                             std::to_string(P) + " host tokens");
     const uint64_t bytes_before = tier.transfer->stats().load_bytes;
     HIQ_ASSIGN_OR_RETURN(LoadBack restore, cache.load_back(match));
+    CacheLock lock = cache.lock(restore.node);  // before anything else changes the tree
     HIQ_RETURN_IF_ERROR(tier.transfer->wait(restore.ticket).with_context(name + " restore"));
     cache.poll_transfers();
-    CacheLock lock = cache.lock(restore.node);
     const std::vector<SlotId> restored = restore.l1_slots;
     tier.sums.restored_tokens += restored.size();
     tier.sums.restored_bytes += tier.transfer->stats().load_bytes - bytes_before;
@@ -309,6 +309,18 @@ class Evaluator {
 };
 
 }  // namespace
+
+QualityModel cpu_quality_model(const ModelShape& shape, const CpuModelWeights& weights, DeviceKvPool& l1) {
+  QualityModel model;
+  model.l1 = &l1;
+  model.vocab_size = shape.vocab_size;
+  model.forward = [&shape, &weights, &l1](std::span<const int32_t> tokens, std::span<const SlotId> slots,
+                                          size_t first_new, bool all_logits) {
+    return cpu_forward(shape, weights, l1, tokens, slots, first_new, all_logits);
+  };
+  model.make_transfer = [&l1](HostKvPool& l2) { return make_cpu_transfer_engine(l1, l2); };
+  return model;
+}
 
 Status QualityOptions::validate() const {
   if (prefix_len == 0) return invalid_argument("--prefix-len must be positive");

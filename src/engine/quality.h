@@ -35,6 +35,7 @@
 #include "core/status.h"
 #include "memory/device_kv_pool.h"
 #include "memory/host_kv_pool.h"
+#include "model/cpu_forward.h"
 #include "transfer/transfer_engine.h"
 
 namespace hiq {
@@ -52,6 +53,10 @@ struct QualityModel {
   // A transfer engine between `l1` and `l2` (CPU or CUDA, as `l1` is).
   std::function<Result<std::unique_ptr<TransferEngine>>(HostKvPool& l2)> make_transfer;
 };
+
+// The CPU backend as a QualityModel: cpu_forward over `l1` (a host-memory
+// pool) and the CPU transfer engine. Everything given must outlive it.
+QualityModel cpu_quality_model(const ModelShape& shape, const CpuModelWeights& weights, DeviceKvPool& l1);
 
 struct QualityOptions {
   size_t prefix_len = 1024;        // P: tokens restored from L2

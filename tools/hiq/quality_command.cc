@@ -99,18 +99,15 @@ struct Backend {
 Result<std::unique_ptr<Backend>> make_backend(const LoadedModel& m, const std::string& device, size_t slots) {
   auto b = std::make_unique<Backend>();
   const KvGeometry geometry = m.config().kv_geometry(1);
-  b->model.vocab_size = m.shape().vocab_size;
   if (device == "cpu") {
     HIQ_ASSIGN_OR_RETURN(b->l1, make_host_memory_device_pool(geometry, slots));
-    DeviceKvPool* l1 = b->l1.get();
-    b->model.forward = [&m, l1](std::span<const int32_t> tokens, std::span<const SlotId> s, size_t first_new,
-                                bool all) { return cpu_forward(m.shape(), m.weights(), *l1, tokens, s, first_new, all); };
-    b->model.make_transfer = [l1](HostKvPool& l2) { return make_cpu_transfer_engine(*l1, l2); };
+    b->model = cpu_quality_model(m.shape(), m.weights(), *b->l1);
   } else if (device == "cuda") {
     HIQ_ASSIGN_OR_RETURN(b->cuda, make_cuda_model(m.shape(), m.weights()));
     HIQ_ASSIGN_OR_RETURN(b->l1, make_cuda_device_kv_pool(geometry, slots));
     DeviceKvPool* l1 = b->l1.get();
     CudaModel* model = b->cuda.get();
+    b->model.vocab_size = m.shape().vocab_size;
     b->model.forward = [model, l1](std::span<const int32_t> tokens, std::span<const SlotId> s, size_t first_new,
                                    bool all) -> Result<std::vector<float>> {
       const ModelSequence seq{tokens, s, first_new};
@@ -122,10 +119,10 @@ Result<std::unique_ptr<Backend>> make_backend(const LoadedModel& m, const std::s
       HIQ_ASSIGN_OR_RETURN(std::unique_ptr<CudaTransferEngine> engine, make_cuda_transfer_engine(*l1, l2));
       return std::unique_ptr<TransferEngine>(std::move(engine));
     };
+    b->model.l1 = l1;
   } else {
     return invalid_argument("--device must be cpu or cuda");
   }
-  b->model.l1 = b->l1.get();
   return b;
 }
 

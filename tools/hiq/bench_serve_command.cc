@@ -260,6 +260,20 @@ std::string spread(std::vector<double> values, int digits) {
   return out;
 }
 
+// A fresh cache and engine of configuration `c` on the loaded `model`.
+Result<std::unique_ptr<ServingStack>> stack_for(const ServeFlags& base, const TierConfig& c,
+                                                std::shared_ptr<const ServingModel> model) {
+  ServeFlags flags = base;
+  flags.no_hicache = !c.hicache;
+  flags.codec = c.codec;
+  flags.record_align = c.record_align;
+  auto config = build_stack_config(flags);
+  if (!config) return config.status().with_context("--compare " + c.label);
+  auto stack = ServingStack::create(*config, std::move(model));
+  if (!stack) return stack.status().with_context("--compare " + c.label);
+  return stack;
+}
+
 // --compare: every configuration × repeat × working set on one loaded model.
 int run_bench_compare(BenchServeFlags f) {
   if (f.stack.config.model_dir.empty()) return report_error("bench serve", invalid_argument("--compare needs --model"));
@@ -285,13 +299,7 @@ int run_bench_compare(BenchServeFlags f) {
   // workload, so that the first measured run does not pay for start-up
   // (library handles, kernel loading, first-touch of memory).
   if (f.warmup) {
-    ServeFlags flags = f.stack;
-    flags.no_hicache = !(*configs)[0].hicache;
-    flags.codec = (*configs)[0].codec;
-    flags.record_align = (*configs)[0].record_align;
-    auto config = build_stack_config(flags);
-    if (!config) return report_error("bench serve", config.status());
-    auto built = ServingStack::create(*config, *model);
+    auto built = stack_for(f.stack, (*configs)[0], *model);
     if (!built) return report_error("bench serve", built.status());
     LoadOptions load = f.load;
     auto started = LocalServer::start(**built, load);
@@ -320,14 +328,8 @@ int run_bench_compare(BenchServeFlags f) {
         // Forward on even repeats, backward on odd ones.
         const size_t index = repeat % 2 == 0 ? i : configs->size() - 1 - i;
         const TierConfig& c = (*configs)[index];
-        ServeFlags flags = f.stack;
-        flags.no_hicache = !c.hicache;
-        flags.codec = c.codec;
-        flags.record_align = c.record_align;
-        auto config = build_stack_config(flags);
-        if (!config) return report_error("bench serve", config.status().with_context("--compare " + c.label));
-        auto built = ServingStack::create(*config, *model);
-        if (!built) return report_error("bench serve", built.status().with_context("--compare " + c.label));
+        auto built = stack_for(f.stack, c, *model);
+        if (!built) return report_error("bench serve", built.status());
         std::unique_ptr<ServingStack> stack = std::move(*built);
         LoadOptions load = f.load;
         auto started = LocalServer::start(*stack, load);

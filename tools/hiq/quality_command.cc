@@ -31,7 +31,7 @@ struct QualityFlags {
   int random_texts = 0;
   uint64_t seed = 1;
   int max_texts = 0;
-  int64_t prefix_len = 1024, continuation_len = 256, greedy_len = 64;
+  int64_t prefix_len = 1024, continuation_len = 255, greedy_len = 64;
   std::vector<std::string> codecs = {"bf16", "int8", "fp8", "int4", "int4h"};
   int64_t record_align = static_cast<int64_t>(kDefaultRecordAlign);
   bool json = false;

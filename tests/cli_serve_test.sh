@@ -296,6 +296,14 @@ none = max(r["hit_rate"] for r in runs if r["config"] == "none")
 assert all(r["hit_rate"] > none for r in runs if r["config"] != "none"), runs
 print("ok   hiq bench serve --compare: 8 paired runs in alternating order; every host tier restores")
 PY
+for args in "--compare int8/3|--record-align must be a power of two" "--compare int3|unknown codec 'int3'" \
+            "--compare bf16,,int8|an empty entry" "--compare int8/x|the alignment after '/'"; do
+  if "$HIQ" bench serve --model "$MODEL" ${args%%|*} >/dev/null 2>"$TMP/compare.err"; then
+    echo "FAIL: hiq bench serve ${args%%|*} was accepted" >&2; exit 1
+  fi
+  grep -qF -- "${args#*|}" "$TMP/compare.err" || { cat "$TMP/compare.err" >&2; echo "FAIL: ${args%%|*}" >&2; exit 1; }
+done
+echo "ok   hiq bench serve --compare: bad configurations refused, each naming its entry"
 
 # Chat completions need a tokenizer with ChatML's tokens: a second server on
 # a tiny random checkpoint written here, with the Qwen2-style test tokenizer.

@@ -260,16 +260,22 @@ std::string spread(std::vector<double> values, int digits) {
   return out;
 }
 
-// A fresh cache and engine of configuration `c` on the loaded `model`.
-Result<std::unique_ptr<ServingStack>> stack_for(const ServeFlags& base, const TierConfig& c,
-                                                std::shared_ptr<const ServingModel> model) {
+// The stack configuration of `c`: the cache flags with its host tier.
+Result<ServeConfig> config_for(const ServeFlags& base, const TierConfig& c) {
   ServeFlags flags = base;
   flags.no_hicache = !c.hicache;
   flags.codec = c.codec;
   flags.record_align = c.record_align;
   auto config = build_stack_config(flags);
   if (!config) return config.status().with_context("--compare " + c.label);
-  auto stack = ServingStack::create(*config, std::move(model));
+  return config;
+}
+
+// A fresh cache and engine of configuration `c` on the loaded `model`.
+Result<std::unique_ptr<ServingStack>> stack_for(const ServeFlags& base, const TierConfig& c,
+                                                std::shared_ptr<const ServingModel> model) {
+  HIQ_ASSIGN_OR_RETURN(ServeConfig config, config_for(base, c));
+  auto stack = ServingStack::create(config, std::move(model));
   if (!stack) return stack.status().with_context("--compare " + c.label);
   return stack;
 }
@@ -282,6 +288,8 @@ int run_bench_compare(BenchServeFlags f) {
   if (!configs) return report_error("bench serve", configs.status());
   auto base = build_stack_config(f.stack);
   if (!base) return report_error("bench serve", base.status());
+  for (const TierConfig& c : *configs)  // every flag error before a long model load
+    if (auto config = config_for(f.stack, c); !config) return report_error("bench serve", config.status());
   std::fprintf(stderr, "hiq bench serve: loading %s\n", base->model_dir.c_str());
   auto model = ServingModel::load(*base);
   if (!model) return report_error("bench serve", model.status());

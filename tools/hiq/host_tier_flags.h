@@ -15,7 +15,8 @@ inline Result<HostKvPoolOptions> host_tier_options(const std::string& codec, int
                                                    const std::string& size, double ratio) {
   HostKvPoolOptions o;
   HIQ_ASSIGN_OR_RETURN(o.codec, parse_codec(codec));
-  if (record_align <= 0 || record_align > static_cast<int64_t>(kMaxRecordAlign))
+  if (record_align <= 0 || record_align > static_cast<int64_t>(kMaxRecordAlign) ||
+      (record_align & (record_align - 1)) != 0)
     return invalid_argument("--record-align must be a power of two from 1 to " + std::to_string(kMaxRecordAlign));
   o.record_align = static_cast<size_t>(record_align);
   auto bytes = parse_byte_size(size, kGB);

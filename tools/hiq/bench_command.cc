@@ -18,6 +18,7 @@
 #include "kv/model_config.h"
 #include "transfer/transfer_bench.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/table.h"
 
 namespace hiq::cli {
@@ -60,9 +61,7 @@ Result<TransferBenchOptions> build_options(const TransferFlags& f) {
     o.batches.push_back(n);
   }
   if (o.codecs.empty() || o.batches.empty()) return invalid_argument("--hicache-codec and --batches need entries");
-  if (f.record_align <= 0 || f.record_align > static_cast<int64_t>(kMaxRecordAlign))
-    return invalid_argument("--record-align must be a power of two from 1 to " + std::to_string(kMaxRecordAlign));
-  o.record_align = static_cast<size_t>(f.record_align);
+  HIQ_ASSIGN_OR_RETURN(o.record_align, record_align_option(f.record_align));
   if (f.gpu_sms < 1) return invalid_argument("--gpu-sms must be positive");
   o.gpu_sms = f.gpu_sms;
   if (!(f.seconds > 0)) return invalid_argument("--seconds must be positive");

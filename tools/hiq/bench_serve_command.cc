@@ -23,6 +23,7 @@
 #include "tools/hiq/commands.h"
 #include "tools/hiq/serve_flags.h"
 #include "tools/hiq/table.h"
+#include "tools/hiq/workload_flags.h"
 
 namespace hiq::cli {
 namespace {
@@ -39,9 +40,7 @@ struct TierConfig {
 struct BenchServeFlags {
   ServeFlags stack;  // in-process mode: --model and the cache flags
   LoadOptions load;
-  std::string dataset = "generated-shared-prefix";
-  SharedPrefixWorkload workload;
-  MultiTurnWorkload multi_turn;
+  WorkloadFlags workload;
   int vocab_size = 0;  // 0: from the server's /v1/models
   std::string compare;               // --compare: configurations, comma-separated
   int repeats = 1;                   // --repeats
@@ -77,22 +76,6 @@ Result<std::vector<TierConfig>> parse_compare(const std::string& list, int64_t d
   }
   if (configs.empty()) return invalid_argument("--compare needs at least one configuration");
   return configs;
-}
-
-Result<std::unique_ptr<RequestSource>> make_source(const BenchServeFlags& f, int vocab) {
-  if (f.dataset == "generated-shared-prefix") {
-    SharedPrefixWorkload w = f.workload;
-    w.vocab_size = vocab;
-    HIQ_ASSIGN_OR_RETURN(std::vector<Request> requests, w.generate());
-    return make_list_source(std::move(requests));
-  }
-  if (f.dataset == "multi-turn") {
-    MultiTurnWorkload w = f.multi_turn;
-    w.seed = f.workload.seed;
-    w.vocab_size = vocab;
-    return make_multi_turn_source(w);
-  }
-  return invalid_argument("--dataset-name '" + f.dataset + "' is not one of generated-shared-prefix, multi-turn");
 }
 
 std::string ms(double s) { return format_fixed(s * 1e3, 1); }
@@ -239,7 +222,7 @@ int run_bench_serve(BenchServeFlags f) {
     if (!v) return report_error("bench serve", v.status());
     vocab = *v;
   }
-  auto source = make_source(f, vocab);
+  auto source = make_request_source(f.workload, vocab);
   if (!source) return report_error("bench serve", source.status());
   auto report = run_load(f.load, **source, progress_printer("hiq bench serve: "));
   if (!report) return report_error("bench serve", report.status());
@@ -263,9 +246,9 @@ std::string spread(std::vector<double> values, int digits) {
 // The stack configuration of `c`: the cache flags with its host tier.
 Result<ServeConfig> config_for(const ServeFlags& base, const TierConfig& c) {
   ServeFlags flags = base;
-  flags.no_hicache = !c.hicache;
-  flags.codec = c.codec;
-  flags.record_align = c.record_align;
+  flags.host.none = !c.hicache;
+  flags.host.codec = c.codec;
+  flags.host.record_align = c.record_align;
   auto config = build_stack_config(flags);
   if (!config) return config.status().with_context("--compare " + c.label);
   return config;
@@ -284,7 +267,7 @@ Result<std::unique_ptr<ServingStack>> stack_for(const ServeFlags& base, const Ti
 int run_bench_compare(BenchServeFlags f) {
   if (f.stack.config.model_dir.empty()) return report_error("bench serve", invalid_argument("--compare needs --model"));
   if (f.repeats < 1) return report_error("bench serve", invalid_argument("--repeats must be at least 1"));
-  auto configs = parse_compare(f.compare, f.stack.record_align);
+  auto configs = parse_compare(f.compare, f.stack.host.record_align);
   if (!configs) return report_error("bench serve", configs.status());
   auto base = build_stack_config(f.stack);
   if (!base) return report_error("bench serve", base.status());
@@ -295,7 +278,7 @@ int run_bench_compare(BenchServeFlags f) {
   if (!model) return report_error("bench serve", model.status());
   const int vocab = f.vocab_size > 0 ? f.vocab_size : (*model)->vocab_size();
   std::vector<int> groups = f.sweep_num_groups;
-  if (groups.empty()) groups.push_back(f.workload.num_groups);
+  if (groups.empty()) groups.push_back(f.workload.shared_prefix.num_groups);
 
   struct Row {
     int groups = 0;
@@ -312,9 +295,9 @@ int run_bench_compare(BenchServeFlags f) {
     LoadOptions load = f.load;
     auto started = LocalServer::start(**built, load);
     if (!started) return report_error("bench serve", started.status());
-    BenchServeFlags workload = f;
-    workload.workload.num_groups = std::max(1, groups[0] / 4);
-    auto source = make_source(workload, vocab);
+    WorkloadFlags workload = f.workload;
+    workload.shared_prefix.num_groups = std::max(1, groups[0] / 4);
+    auto source = make_request_source(workload, vocab);
     if (!source) return report_error("bench serve", source.status());
     auto report = run_load(load, **source, progress_printer("hiq bench serve: warm-up: "));
     if (!report) return report_error("bench serve", report.status());
@@ -343,9 +326,9 @@ int run_bench_compare(BenchServeFlags f) {
         auto started = LocalServer::start(*stack, load);
         if (!started) return report_error("bench serve", started.status());
         std::unique_ptr<LocalServer> server = std::move(*started);
-        BenchServeFlags workload = f;
-        workload.workload.num_groups = g;
-        auto source = make_source(workload, vocab);
+        WorkloadFlags workload = f.workload;
+        workload.shared_prefix.num_groups = g;
+        auto source = make_request_source(workload, vocab);
         if (!source) return report_error("bench serve", source.status());
         ++run;
         char prefix[160];
@@ -357,10 +340,10 @@ int run_bench_compare(BenchServeFlags f) {
         nlohmann::json out = report_json(*report, stack.get());
         out["config"] = c.label;
         out["num_groups"] = g;
-        out["workload"] = {{"prompts_per_group", f.workload.prompts_per_group},
-                           {"system_prompt_len", f.workload.system_prompt_len},
-                           {"question_len", f.workload.question_len},
-                           {"output_len", f.workload.output_len},
+        out["workload"] = {{"prompts_per_group", f.workload.shared_prefix.prompts_per_group},
+                           {"system_prompt_len", f.workload.shared_prefix.system_prompt_len},
+                           {"question_len", f.workload.shared_prefix.question_len},
+                           {"output_len", f.workload.shared_prefix.output_len},
                            {"max_concurrency", f.load.max_concurrency}};
         out["repeat"] = repeat;
         out["position"] = i;  // where in this repeat's order the configuration ran
@@ -399,11 +382,11 @@ int run_bench_compare(BenchServeFlags f) {
 }  // namespace
 std::function<int()> add_bench_serve_command(CLI::App& bench) {
   auto f = std::make_shared<BenchServeFlags>();
-  f->workload.num_groups = 8;
-  f->workload.prompts_per_group = 4;
-  f->workload.system_prompt_len = 256;
-  f->workload.question_len = 32;
-  f->workload.output_len = 16;
+  f->workload.shared_prefix.num_groups = 8;
+  f->workload.shared_prefix.prompts_per_group = 4;
+  f->workload.shared_prefix.system_prompt_len = 256;
+  f->workload.shared_prefix.question_len = 32;
+  f->workload.shared_prefix.output_len = 16;
   CLI::App* app = bench.add_subcommand(
       "serve", "Load generator: the workloads of hiq sim against a server (or one started in-process with --model)");
   app->add_option("--host", f->load.host, "Server address")->capture_default_str();
@@ -412,20 +395,7 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
   app->add_option("--model", f->stack.config.model_dir, "Start a server in-process on this model directory");
   add_stack_flags(app, f->stack);
   app->add_option("--vocab-size", f->vocab_size, "Token ids are drawn below this (0: ask the server)");
-  app->add_option("--dataset-name", f->dataset, "generated-shared-prefix or multi-turn")->capture_default_str();
-  app->add_option("--gsp-num-groups", f->workload.num_groups, "Shared-prefix groups")->capture_default_str();
-  app->add_option("--gsp-prompts-per-group", f->workload.prompts_per_group, "Prompts per group")->capture_default_str();
-  app->add_option("--gsp-system-prompt-len", f->workload.system_prompt_len, "Shared prefix tokens")->capture_default_str();
-  app->add_option("--gsp-question-len", f->workload.question_len, "Per-prompt tokens after the prefix")
-      ->capture_default_str();
-  app->add_option("--gsp-output-len", f->workload.output_len, "Tokens generated per request")->capture_default_str();
-  app->add_option("--num-clients", f->multi_turn.num_clients, "multi-turn: conversations")->capture_default_str();
-  app->add_option("--num-rounds", f->multi_turn.num_rounds, "multi-turn: rounds per conversation")->capture_default_str();
-  app->add_option("--request-length", f->multi_turn.request_length, "multi-turn: new tokens per round")
-      ->capture_default_str();
-  app->add_option("--output-length", f->multi_turn.output_length, "multi-turn: tokens generated per round")
-      ->capture_default_str();
-  app->add_option("--seed", f->workload.seed, "Seed of the workload")->capture_default_str();
+  add_workload_flags(app, f->workload);
   app->add_option("--max-concurrency", f->load.max_concurrency, "Clients at once (closed loop)")->capture_default_str();
   app->add_option("--request-rate", f->load.request_rate, "Request starts per second (Poisson; inf: no pacing)")
       ->capture_default_str();

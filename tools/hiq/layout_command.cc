@@ -14,6 +14,7 @@
 #include "core/units.h"
 #include "kv/model_config.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/table.h"
 
 namespace hiq::cli {
@@ -99,11 +100,9 @@ int run_layout(const LayoutFlags& f) {
   auto budget = parse_byte_size(f.hicache_size, kGB);
   if (!budget) return report_error("layout", budget.status().with_context("--hicache-size"));
   if (*budget == 0) return report_error("layout", invalid_argument("--hicache-size must be more than 0 bytes"));
-  if (f.record_align <= 0 || f.record_align > static_cast<int64_t>(kMaxRecordAlign))
-    return report_error("layout", invalid_argument("--record-align must be a power of two from 1 to " +
-                                                   std::to_string(kMaxRecordAlign) + " (got " +
-                                                   std::to_string(f.record_align) + ")"));
-  const auto record_align = static_cast<size_t>(f.record_align);
+  auto align = record_align_option(f.record_align);
+  if (!align) return report_error("layout", align.status());
+  const size_t record_align = *align;
   auto codecs = parse_codec_list(f.codecs);
   if (!codecs) return report_error("layout", codecs.status());
 

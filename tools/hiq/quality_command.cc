@@ -18,6 +18,7 @@
 #include "model/loaded_model.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/table.h"
 #include "transfer/cuda_transfer_engine.h"
 
@@ -141,10 +142,9 @@ int run_quality(const QualityFlags& f) {
   options.prefix_len = static_cast<size_t>(f.prefix_len);
   options.continuation_len = static_cast<size_t>(f.continuation_len);
   options.greedy_len = static_cast<size_t>(f.greedy_len);
-  if (f.record_align <= 0 || f.record_align > static_cast<int64_t>(kMaxRecordAlign))
-    return report_error("quality", invalid_argument("--record-align must be a power of two from 1 to " +
-                                                    std::to_string(kMaxRecordAlign)));
-  options.record_align = static_cast<size_t>(f.record_align);
+  auto align = record_align_option(f.record_align);
+  if (!align) return report_error("quality", align.status());
+  options.record_align = *align;
   options.codecs.clear();
   for (const std::string& name : f.codecs) {
     auto codec = parse_codec(name);

@@ -38,7 +38,7 @@ int run_serve(const ServeFlags& f) {
                "hiq serve: listening on http://%s:%d — model %s, %s, L1 %zu tokens, L2 %zu tokens (%s), %s\n",
                f.http.host.c_str(), *port, (*stack)->model_name().c_str(), config->device.c_str(),
                (*stack)->context_tokens(), (*stack)->host_capacity_tokens(),
-               config->hicache ? f.codec.c_str() : "no host tier",
+               config->hicache ? f.host.codec.c_str() : "no host tier",
                (*stack)->tokenizer() != nullptr ? "text and token-id prompts" : "token-id mode (no tokenizer.json)");
   std::fflush(stderr);
   std::thread waiter([&] {

@@ -15,6 +15,7 @@
 #include "tools/hiq/commands.h"
 #include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/table.h"
+#include "tools/hiq/workload_flags.h"
 
 namespace hiq::cli {
 namespace {
@@ -25,15 +26,8 @@ struct SimFlags {
   int tp = 1;
   int page_size = 1;
   int64_t max_total_tokens = 16384;
-  std::string hicache_size = "8GB";
-  double hicache_ratio = 0;  // used when --hicache-size is 0
-  std::string write_policy = "write_through";
-  std::string codec = "int8";
-  int64_t record_align = static_cast<int64_t>(kDefaultRecordAlign);
-  bool no_hicache = false;
-  std::string dataset = "generated-shared-prefix";
-  SharedPrefixWorkload workload;
-  MultiTurnWorkload multi_turn;
+  HostTierFlags host;  // 8 GB by default (set where the flags are added)
+  WorkloadFlags workload;
   int64_t max_concurrency = 8;
   int64_t max_prefill_tokens = 16384;
   int transfer_workers = 2;
@@ -50,9 +44,9 @@ Result<SimulationConfig> build_config(const SimFlags& f) {
   HIQ_ASSIGN_OR_RETURN(c.geometry, resolve_model_geometry(f.model, go));
   if (f.max_total_tokens <= 0) return invalid_argument("--max-total-tokens must be positive");
   c.max_total_tokens = static_cast<size_t>(f.max_total_tokens);
-  c.hicache = !f.no_hicache;
-  HIQ_ASSIGN_OR_RETURN(c.host, host_tier_options(f.codec, f.record_align, f.hicache_size, f.hicache_ratio));
-  HIQ_ASSIGN_OR_RETURN(c.cache.write_policy, parse_write_policy(f.write_policy));
+  c.hicache = !f.host.none;
+  HIQ_ASSIGN_OR_RETURN(c.host, host_tier_options(f.host));
+  HIQ_ASSIGN_OR_RETURN(c.cache.write_policy, parse_write_policy(f.host.write_policy));
   if (f.max_concurrency <= 0) return invalid_argument("--max-concurrency must be positive");
   c.max_concurrency = static_cast<size_t>(f.max_concurrency);
   if (f.max_prefill_tokens <= 0) return invalid_argument("--max-prefill-tokens must be positive");
@@ -62,23 +56,10 @@ Result<SimulationConfig> build_config(const SimFlags& f) {
   return c;
 }
 
-Result<std::unique_ptr<RequestSource>> make_source(const SimFlags& f) {
-  if (f.dataset == "generated-shared-prefix") {
-    HIQ_ASSIGN_OR_RETURN(std::vector<Request> requests, f.workload.generate());
-    return make_list_source(std::move(requests));
-  }
-  if (f.dataset == "multi-turn") {
-    MultiTurnWorkload w = f.multi_turn;
-    w.seed = f.workload.seed;
-    return make_multi_turn_source(w);
-  }
-  return invalid_argument("--dataset-name '" + f.dataset + "' is not one of generated-shared-prefix, multi-turn");
-}
-
 int run_sim(const SimFlags& f) {
   auto config = build_config(f);
   if (!config) return report_error("sim", config.status());
-  auto source = make_source(f);
+  auto source = make_request_source(f.workload);
   if (!source) return report_error("sim", source.status());
 
   const bool tty = isatty(STDERR_FILENO) != 0;
@@ -92,15 +73,15 @@ int run_sim(const SimFlags& f) {
   });
   if (!report) return report_error("sim", report.status());
   const SimulationReport& r = *report;
-  const std::string codec = config->hicache ? f.codec : "none";
+  const std::string codec = config->hicache ? f.host.codec : "none";
 
   if (f.json) {
     const nlohmann::json out = {
         {"device", std::string(sim_backend_name(config->backend))},
         {"model", config->geometry.name},
         {"hicache_codec", codec},
-        {"record_align", f.record_align},
-        {"write_policy", f.write_policy},
+        {"record_align", f.host.record_align},
+        {"write_policy", f.host.write_policy},
         {"max_total_tokens", config->max_total_tokens},
         {"requests", r.requests},
         {"rejected", r.rejected},
@@ -155,6 +136,8 @@ int run_sim(const SimFlags& f) {
 
 Subcommand add_sim_command(CLI::App& parent) {
   auto f = std::make_shared<SimFlags>();
+  f->host.size = "8GB";
+  f->host.ratio = 0;  // --hicache-ratio is only read when --hicache-size is 0
   CLI::App* app = parent.add_subcommand(
       "sim", "Simulate serving a workload through the hierarchical cache (real cache, codecs and bytes; virtual model)");
   app->add_option("--device", f->device, "Where L1 and the transfer engine run: cpu or cuda")->capture_default_str();
@@ -162,36 +145,12 @@ Subcommand add_sim_command(CLI::App& parent) {
   app->add_option("--tp", f->tp, "Tensor-parallel ranks")->capture_default_str();
   app->add_option("--page-size", f->page_size, "Tokens per page")->capture_default_str();
   app->add_option("--max-total-tokens", f->max_total_tokens, "L1 capacity in tokens")->capture_default_str();
-  app->add_option("--hicache-size", f->hicache_size, "Host (L2) budget: 8GB, 8GiB, fractions; 0 uses --hicache-ratio")
-      ->capture_default_str();
-  app->add_option("--hicache-ratio", f->hicache_ratio, "L2 tokens per L1 token, when --hicache-size is 0");
-  app->add_option("--hicache-write-policy", f->write_policy, "write_through, write_through_selective or write_back")
-      ->capture_default_str();
-  app->add_option("--hicache-codec", f->codec, "L2 codec: bf16, int8, fp8, int4, int4h")->capture_default_str();
-  app->add_option("--record-align", f->record_align, "Pad L2 records to a multiple of this many bytes")
-      ->capture_default_str();
-  app->add_flag("--no-hicache", f->no_hicache, "No host tier: L1 only");
-  app->add_option("--dataset-name", f->dataset, "Workload: generated-shared-prefix or multi-turn")->capture_default_str();
-  app->add_option("--gsp-num-groups", f->workload.num_groups, "Shared-prefix groups")->capture_default_str();
-  app->add_option("--gsp-prompts-per-group", f->workload.prompts_per_group, "Prompts per group")
-      ->capture_default_str();
-  app->add_option("--gsp-system-prompt-len", f->workload.system_prompt_len, "Shared prefix tokens")
-      ->capture_default_str();
-  app->add_option("--gsp-question-len", f->workload.question_len, "Per-prompt tokens after the prefix")
-      ->capture_default_str();
-  app->add_option("--gsp-output-len", f->workload.output_len, "Tokens generated per request")->capture_default_str();
-  app->add_option("--num-clients", f->multi_turn.num_clients, "multi-turn: conversations")->capture_default_str();
-  app->add_option("--num-rounds", f->multi_turn.num_rounds, "multi-turn: rounds per conversation")
-      ->capture_default_str();
-  app->add_option("--request-length", f->multi_turn.request_length, "multi-turn: new tokens per round")
-      ->capture_default_str();
-  app->add_option("--output-length", f->multi_turn.output_length, "multi-turn: tokens generated per round")
-      ->capture_default_str();
+  add_host_tier_flags(app, f->host);
+  add_workload_flags(app, f->workload);
   app->add_option("--max-concurrency", f->max_concurrency, "Requests in the system at once (closed loop)")
       ->capture_default_str();
   app->add_option("--max-prefill-tokens", f->max_prefill_tokens, "New prompt tokens per prefill step")
       ->capture_default_str();
-  app->add_option("--seed", f->workload.seed, "Seed of the workload's tokens and order")->capture_default_str();
   app->add_option("--transfer-workers", f->transfer_workers, "CPU transfer engine threads")->capture_default_str();
   app->add_flag("--json", f->json, "Print one JSON object instead of a table");
   return {app, [f] { return run_sim(*f); }};

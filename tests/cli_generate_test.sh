@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `hiq generate` run as a user would, on a tiny random Qwen3 checkpoint that
-# this script writes (pure Python: config.json + model.safetensors, F32):
+# `hiq generate` run as a user would, on a tiny random Qwen3 checkpoint
+# written by scripts/make-demo-model (F32, no tokenizer):
 # greedy ids and top-K log-probabilities in the documented JSON shape, the same
 # answer twice, and clear errors for bad input.
 #
@@ -19,38 +19,8 @@ fail() {
   exit 1
 }
 
-python3 - "$TMP/model" <<'PY'
-import json, os, random, struct, sys
-out = sys.argv[1]
-os.makedirs(out)
-V, H, I, L, NH, NKV, D = 61, 32, 48, 2, 4, 2, 8
-cfg = {"model_type": "qwen3", "vocab_size": V, "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
-       "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": D, "rms_norm_eps": 1e-6,
-       "rope_theta": 10000.0, "max_position_embeddings": 256, "tie_word_embeddings": True}
-json.dump(cfg, open(os.path.join(out, "config.json"), "w"))
-rng = random.Random(7)
-shapes = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H]}
-for l in range(L):
-    p = f"model.layers.{l}."
-    shapes.update({p + "input_layernorm.weight": [H], p + "post_attention_layernorm.weight": [H],
-                   p + "self_attn.q_proj.weight": [NH * D, H], p + "self_attn.k_proj.weight": [NKV * D, H],
-                   p + "self_attn.v_proj.weight": [NKV * D, H], p + "self_attn.o_proj.weight": [H, NH * D],
-                   p + "self_attn.q_norm.weight": [D], p + "self_attn.k_norm.weight": [D],
-                   p + "mlp.gate_proj.weight": [I, H], p + "mlp.up_proj.weight": [I, H],
-                   p + "mlp.down_proj.weight": [H, I]})
-header, blob = {}, bytearray()
-for name, shape in shapes.items():
-    n = 1
-    for s in shape: n *= s
-    values = [1.0 + rng.gauss(0, 0.1) for _ in range(n)] if len(shape) == 1 else \
-             [rng.gauss(0, 1.0 / shape[1] ** 0.5) for _ in range(n)]
-    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + 4 * n]}
-    blob += struct.pack(f"<{n}f", *values)
-text = json.dumps(header).encode()
-text += b" " * (-len(text) % 8)
-with open(os.path.join(out, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(text)) + text + blob)
-PY
+"$(dirname "$0")/../scripts/make-demo-model" "$TMP/model" --vocab 61 --hidden 32 --intermediate 48 --layers 2 \
+  --heads 4 --kv-heads 2 --head-dim 8 --max-position 256 --dtype f32 --seed 7 --no-tokenizer 2>/dev/null
 pass "wrote a tiny qwen3 checkpoint"
 
 "$HIQ" generate --model "$TMP/model" --prompt-ids 1,2,3,40 --max-new-tokens 5 --logprobs 3 --json >"$TMP/a.json" \

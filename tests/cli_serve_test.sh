@@ -308,35 +308,9 @@ echo "ok   hiq bench serve --compare: bad configurations refused, each naming it
 # Chat completions need a tokenizer with ChatML's tokens: a second server on
 # a tiny random checkpoint written here, with the Qwen2-style test tokenizer.
 CHAT="$TMP/chat-model"
-python3 - "$CHAT" "$(cd "$(dirname "$0")" && pwd)/data/tokenizers/qwen2-style/tokenizer.json" <<'PY'
-import json, os, random, shutil, struct, sys
-out, tokenizer = sys.argv[1], sys.argv[2]
-os.makedirs(out)
-V, H, I, L, NH, NKV, D = 1024, 32, 64, 2, 2, 1, 16
-json.dump({"model_type": "qwen3", "vocab_size": V, "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
-           "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": D, "rms_norm_eps": 1e-6,
-           "rope_theta": 10000.0, "max_position_embeddings": 4096, "tie_word_embeddings": True},
-          open(os.path.join(out, "config.json"), "w"))
-rng = random.Random(3)
-shapes = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H]}
-for l in range(L):
-    p = f"model.layers.{l}."
-    shapes.update({p + "input_layernorm.weight": [H], p + "post_attention_layernorm.weight": [H],
-                   p + "self_attn.q_proj.weight": [NH * D, H], p + "self_attn.k_proj.weight": [NKV * D, H],
-                   p + "self_attn.v_proj.weight": [NKV * D, H], p + "self_attn.o_proj.weight": [H, NH * D],
-                   p + "self_attn.q_norm.weight": [D], p + "self_attn.k_norm.weight": [D],
-                   p + "mlp.gate_proj.weight": [I, H], p + "mlp.up_proj.weight": [I, H], p + "mlp.down_proj.weight": [H, I]})
-header, blob = {}, bytearray()
-for name, shape in shapes.items():
-    n = shape[0] * (shape[1] if len(shape) > 1 else 1)
-    values = [1.0] * n if len(shape) == 1 else [rng.gauss(0, 1.0 / shape[1] ** 0.5) for _ in range(n)]
-    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + 4 * n]}
-    blob += struct.pack(f"<{n}f", *values)
-text = json.dumps(header).encode()
-text += b" " * (-len(text) % 8)
-open(os.path.join(out, "model.safetensors"), "wb").write(struct.pack("<Q", len(text)) + text + blob)
-shutil.copy(tokenizer, os.path.join(out, "tokenizer.json"))
-PY
+"$(dirname "$0")/../scripts/make-demo-model" "$CHAT" --vocab 1024 --hidden 32 --intermediate 64 --layers 2 \
+  --heads 2 --kv-heads 1 --head-dim 16 --max-position 4096 --dtype f32 --seed 3 \
+  --tokenizer "$(dirname "$0")/data/tokenizers/qwen2-style/tokenizer.json" 2>/dev/null
 "$HIQ" serve --model "$CHAT" --port 0 --max-total-tokens 512 2>"$TMP/chat.log" &
 CHAT_PID=$!
 for _ in $(seq 1 200); do grep -q "listening on" "$TMP/chat.log" && break; sleep 0.05; done

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <utility>
 
 #include "cache/radix_cache.h"
+#include "codec/numeric.h"
 
 namespace hiq {
 namespace {
@@ -118,13 +118,6 @@ std::vector<int32_t> greedy_input(std::span<const int32_t> text, size_t prefix_l
   return tokens;
 }
 
-float bf16_to_float(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &wide, sizeof f);
-  return f;
-}
-
 // Adds the error of the restored rows against the original ones.
 Status compare_kv(DeviceKvPool& l1, std::span<const SlotId> original, std::span<const SlotId> restored,
                   Accumulator& sums) {
@@ -141,7 +134,7 @@ Status compare_kv(DeviceKvPool& l1, std::span<const SlotId> original, std::span<
       double& error2 = part == KvPart::kK ? sums.k_error2 : sums.v_error2;
       double& norm2 = part == KvPart::kK ? sums.k_norm2 : sums.v_norm2;
       for (size_t i = 0; i < a.size(); ++i) {
-        const double x = bf16_to_float(a[i]), y = bf16_to_float(b[i]);
+        const double x = numeric::bf16_to_float(a[i]), y = numeric::bf16_to_float(b[i]);
         error2 += (y - x) * (y - x);
         norm2 += x * x;
         sums.max_abs_error = std::max(sums.max_abs_error, std::abs(y - x));

@@ -121,12 +121,19 @@ TEST_F(ServingEngineTest, ConcurrentClientsStreamExactlyTheirOwnGreedyTokens) {
       EXPECT_EQ(r.result.finish_reason, FinishReason::kLength);
       EXPECT_EQ(r.tokens, r.result.output);
       EXPECT_EQ(r.tokens, model_.generate_alone(prompt_of(i % 3, c), kNew)) << "client " << c << " request " << i;
+      EXPECT_LE(r.result.arrival, r.result.admitted);
+      EXPECT_LT(r.result.admitted, r.result.first_token);
       l1_hits += r.result.cached_l1_tokens;
     }
   EXPECT_GT(l1_hits, 0u) << "clients share prefixes";
   const ServingStats stats = engine_->stats();
   EXPECT_EQ(stats.finished, static_cast<uint64_t>(kClients * kEach));
   EXPECT_EQ(stats.generated_tokens, static_cast<uint64_t>(kClients * kEach * kNew));
+  EXPECT_EQ(stats.scheduler.admitted, static_cast<uint64_t>(kClients * kEach));
+  EXPECT_GE(stats.scheduler.prefill_steps, static_cast<uint64_t>(kEach));  // a client's requests come one at a time
+  EXPECT_LE(stats.scheduler.prefill_steps, static_cast<uint64_t>(kClients * kEach));
+  EXPECT_GE(stats.scheduler.decode_steps, static_cast<uint64_t>(kEach * (kNew - 1)));
+  EXPECT_GT(stats.scheduler.prefill_seconds, 0.0);
 }
 
 TEST_F(ServingEngineTest, AStopTokenEndsTheRequest) {

@@ -147,6 +147,17 @@ TEST(Simulation, FullL1WithEverythingLockedMakesRequestsWait) {
   EXPECT_EQ(report->rejected, 0u);
   EXPECT_EQ(report->output_tokens, 32u * 4);
   EXPECT_GT(report->l1_evicted_tokens, 0u);
+  // Two requests fit at once, six clients send: the rest queued for L1 room,
+  // and the scheduler counted it.
+  const SchedulerStats& q = report->scheduler;
+  EXPECT_GT(q.admission_waits, 0u);
+  EXPECT_EQ(q.admitted, 32u);
+  EXPECT_GT(q.queue_seconds, 0.0);
+  EXPECT_GE(q.prefill_steps, 32u / 2);
+  EXPECT_LE(q.prefill_steps, 32u);
+  EXPECT_GE(q.decode_steps, 3u * 32 / 2);  // 4 tokens each: 3 decode steps, at most two requests a step
+  EXPECT_GT(q.prefill_seconds, 0.0);
+  EXPECT_GT(q.decode_seconds, 0.0);
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="$(python3 "$root/scripts/summarize-results" --data "$root/docs/data/results" --plots '')"
-for section in "Experiment B" "Experiment A" "Capacity sweep (hiq sim)" "Quality: quality-tiny-python-cpu.json" \
-               "Quality: quality-qwen3-8b-random.json"; do
+for section in "Experiment B" "Experiment A" "Capacity sweep (H200)" "Capacity sweep (hiq sim)" "Quality: quality-tiny-python-cpu.json" \
+               "Quality: quality-qwen3-8b-random.json" "Quality: quality-tiny-python-cuda.json"; do
   grep -qF "## $section" <<<"$out" || { echo "FAIL: no section '$section'" >&2; exit 1; }
 done
 for ratio in "| 0.44 |" "| 0.58 |" "| 0.36 |"; do

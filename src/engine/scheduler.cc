@@ -123,7 +123,11 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
     items.push_back({a->tokens, a->slots, a->cached, a->restored_begin, a->restored_end, a->load,
                      /*decode=*/false, sampling_of(a->request), &a->rng});
   }
+  const double start = runner_.now();
   auto next = runner_.forward(items);
+  const double now = runner_.now();
+  ++stats_.prefill_steps;
+  stats_.prefill_seconds += now - start;
   if (!next) {
     // A restore that failed is recomputed: the whole batch goes back to the
     // queue (its fresh slots freed; the tree settles the failed restore).
@@ -150,10 +154,12 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
     batch.clear();
     return Status::ok();
   }
-  const double now = runner_.now();
   for (size_t i = 0; i < batch.size(); ++i) {
     Active& a = *batch[i];
+    a.result.admitted = start;
     a.result.first_token = now;
+    ++stats_.admitted;
+    stats_.queue_seconds += start - a.result.arrival;
     a.result.output.push_back((*next)[i]);
     new_tokens_.emplace_back(a.request.id, (*next)[i]);
     // The tree takes the prompt's whole pages; from now on read them through it.
@@ -176,7 +182,10 @@ Status Scheduler::decode() {
     items.push_back({a->tokens, a->slots, a->tokens.size() - 1, 0, 0, std::nullopt, /*decode=*/true,
                      sampling_of(a->request), &a->rng});
   }
+  const double start = runner_.now();
   auto next = runner_.forward(items);
+  ++stats_.decode_steps;
+  stats_.decode_seconds += runner_.now() - start;
   if (!next) {
     if (!options_.fail_requests_on_model_error) return next.status();
     // The step's token has no valid KV: give its slot back, then finish each
@@ -253,7 +262,10 @@ Result<bool> Scheduler::step() {
       continue;
     }
     const Admission admission = admit(a);
-    if (admission == Admission::kWait) break;
+    if (admission == Admission::kWait) {
+      ++stats_.admission_waits;
+      break;
+    }
     std::unique_ptr<Active> owned = std::move(*it);
     it = waiting_.erase(it);
     if (admission == Admission::kRejected) {
@@ -271,6 +283,7 @@ Result<bool> Scheduler::step() {
   } else if (!running_.empty()) {
     HIQ_RETURN_IF_ERROR(decode());
   } else if (!waiting_.empty() && cache_.transfers_in_flight() > 0) {
+    ++stats_.transfer_drains;
     cache_.drain_transfers();  // KV under backup cannot be evicted yet: wait for it, then retry
   } else if (!waiting_.empty()) {
     // Nothing runs, nothing is in flight, and the head of the queue does not

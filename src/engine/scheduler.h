@@ -51,8 +51,22 @@ struct RequestResult {
   size_t cached_l2_tokens = 0;           // prompt tokens restored from L2
   std::vector<TokenId> output;
   FinishReason finish_reason = FinishReason::kLength;
-  double arrival = 0, first_token = 0, finish = 0;  // runner clock, seconds
+  // Runner clock, seconds: submitted, admitted to a prefill batch (the last
+  // time, if a failed restore sent it back), first token, finished.
+  double arrival = 0, admitted = 0, first_token = 0, finish = 0;
   double ttft() const { return first_token - arrival; }
+};
+
+// What the scheduler has done so far, cumulative. TTFT splits into queueing
+// (arrival → admission) and the prefill step itself; a long queue with short
+// steps means admission was blocked, which `admission_waits` counts.
+struct SchedulerStats {
+  uint64_t prefill_steps = 0, decode_steps = 0;
+  double prefill_seconds = 0, decode_seconds = 0;  // runner clock spent in forward passes of each kind
+  uint64_t admitted = 0;       // requests admitted to a prefill batch that ran
+  double queue_seconds = 0;    // their arrival → admission, summed
+  uint64_t admission_waits = 0;  // steps whose head of the queue fit the budget but not into L1 yet
+  uint64_t transfer_drains = 0;  // steps that waited for the cache's transfers with nothing else to run
 };
 
 class Scheduler {
@@ -74,6 +88,7 @@ class Scheduler {
   std::vector<std::pair<uint64_t, TokenId>> take_new_tokens();
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }
+  const SchedulerStats& stats() const { return stats_; }
 
  private:
   struct Active;
@@ -94,6 +109,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Active>> running_;
   std::vector<RequestResult> finished_;
   std::vector<std::pair<uint64_t, TokenId>> new_tokens_;
+  SchedulerStats stats_;
 };
 
 }  // namespace hiq

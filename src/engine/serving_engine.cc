@@ -119,6 +119,7 @@ void ServingEngine::dispatch() {
   stats_.cache = cache_.stats();
   stats_.waiting = scheduler_.waiting();
   stats_.running = scheduler_.running();
+  stats_.scheduler = scheduler_.stats();
   stats_.l1_free_slots = l1_.allocator().free_count();
   if (l2_ != nullptr) stats_.l2_used_tokens = l2_->capacity_tokens() - l2_->allocator().free_count();
   if (transfer_ != nullptr) stats_.transfer = transfer_->stats();

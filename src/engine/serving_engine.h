@@ -69,6 +69,7 @@ struct ServingStats {
   size_t l1_free_slots = 0;
   size_t l2_used_tokens = 0;  // 0 without a host tier
   TransferStats transfer;     // restores and backups: tokens, bytes, seconds (zeros without a host tier)
+  SchedulerStats scheduler;   // steps, forward time and queueing
 };
 
 class ServingEngine {

@@ -122,6 +122,7 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
     report.restore_failures = cs.load_back_failures;
     report.backup_failures = cs.backup_failures;
     report.l2_used_tokens = cache.l2_tokens();
+    report.scheduler = scheduler.stats();
   }
   if (l2) {
     report.l2_capacity_tokens = l2->capacity_tokens();

@@ -62,6 +62,7 @@ struct SimulationReport {
   double ttft_mean = 0, ttft_p50 = 0, ttft_p99 = 0;  // seconds, virtual
   double virtual_seconds = 0, output_tokens_per_s = 0;
   double wall_seconds = 0;
+  SchedulerStats scheduler;           // steps (virtual seconds), queueing, admission waits
 };
 
 // Runs the requests to completion. `progress(done, total)` is called as

@@ -63,6 +63,10 @@ struct HttpServer::Impl {
   Family<Counter>* evicted_tokens = nullptr;
   Family<Counter>* transfer_bytes = nullptr;
   Family<Counter>* transfer_seconds = nullptr;
+  Family<Counter>* steps = nullptr;
+  Family<Counter>* step_seconds = nullptr;
+  Family<Counter>* queue_seconds = nullptr;
+  Family<Counter>* admission_waits = nullptr;
   Family<Gauge>* running = nullptr;
   Family<Gauge>* queued = nullptr;
   Family<Gauge>* hit_rate = nullptr;
@@ -101,6 +105,13 @@ struct HttpServer::Impl {
     transfer_seconds = *registry.counter("hiq:transfer_seconds_total",
                                          "Seconds from submission to completion of L1↔L2 transfers, summed, by direction",
                                          {"direction"});
+    steps = *registry.counter("hiq:scheduler_steps_total", "Engine steps, by kind (prefill, decode)", {"kind"});
+    step_seconds = *registry.counter("hiq:scheduler_step_seconds_total", "Seconds spent in forward passes, by kind",
+                                     {"kind"});
+    queue_seconds = *registry.counter("hiq:queue_seconds_total",
+                                      "Seconds requests waited from arrival to admission, summed");
+    admission_waits = *registry.counter("hiq:admission_waits_total",
+                                        "Steps whose next request had to wait for L1 room");
     running = *registry.gauge("sglang:num_running_reqs", "Requests running");
     queued = *registry.gauge("sglang:num_queue_reqs", "Requests waiting");
     hit_rate = *registry.gauge("sglang:cache_hit_rate", "Matched prompt tokens / looked-up prompt tokens");
@@ -131,6 +142,12 @@ struct HttpServer::Impl {
     sync(transfer_bytes->with({"backup"}), static_cast<double>(s.transfer.backup_bytes));
     sync(transfer_seconds->with({"load_back"}), s.transfer.load_seconds);
     sync(transfer_seconds->with({"backup"}), s.transfer.backup_seconds);
+    sync(steps->with({"prefill"}), static_cast<double>(s.scheduler.prefill_steps));
+    sync(steps->with({"decode"}), static_cast<double>(s.scheduler.decode_steps));
+    sync(step_seconds->with({"prefill"}), s.scheduler.prefill_seconds);
+    sync(step_seconds->with({"decode"}), s.scheduler.decode_seconds);
+    sync(queue_seconds->get(), s.scheduler.queue_seconds);
+    sync(admission_waits->get(), static_cast<double>(s.scheduler.admission_waits));
     running->get().set(static_cast<double>(s.running));
     queued->get().set(static_cast<double>(s.waiting));
     hit_rate->get().set(s.cache.match_tokens > 0 ? static_cast<double>(s.cache.hit_tokens_l1 + s.cache.hit_tokens_l2) /

@@ -21,6 +21,7 @@
 
 #include "server/load_generator.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/scheduler_json.h"
 #include "tools/hiq/serve_flags.h"
 #include "tools/hiq/table.h"
 #include "tools/hiq/workload_flags.h"
@@ -143,6 +144,7 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
                      {"backup_seconds", t.backup_seconds},
                      {"backup_gb_per_s", rate(t.backup_bytes, t.backup_seconds)},
                      {"failed_ops", t.failed_ops}};
+  out["scheduler"] = scheduler_json(s.scheduler);
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "engine/simulation.h"
 #include "kv/model_config.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/scheduler_json.h"
 #include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/table.h"
 #include "tools/hiq/workload_flags.h"
@@ -105,6 +106,7 @@ int run_sim(const SimFlags& f) {
         {"output_tokens_per_s", r.output_tokens_per_s},
         {"virtual_seconds", r.virtual_seconds},
         {"wall_seconds", r.wall_seconds},
+        {"scheduler", scheduler_json(r.scheduler)},
     };
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     return 0;

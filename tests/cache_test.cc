@@ -121,7 +121,12 @@ struct Harness {
 // part, compute the rest, insert. Returns false when L1 had no room.
 bool serve(Harness& h, std::span<const TokenId> tokens, bool use_host, size_t* restored_tokens = nullptr) {
   RadixCache& cache = *h.cache;
+  // The side-effect-free count the scheduler budgets with sees what the match will.
+  const uint64_t match_calls = cache.stats().match_calls;
+  const size_t peeked = cache.cached_prefix_tokens(tokens);
+  EXPECT_EQ(cache.stats().match_calls, match_calls);
   PrefixMatch m = cache.match_prefix(tokens);
+  EXPECT_EQ(peeked, m.total_tokens());
   CacheLock lock = cache.lock(m.l1_node);
   EXPECT_TRUE(h.holds(tokens, 0, m.l1_slots, Harness::Origin::kEither));
   std::vector<SlotId> slots = m.l1_slots;

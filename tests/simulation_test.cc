@@ -160,6 +160,29 @@ TEST(Simulation, FullL1WithEverythingLockedMakesRequestsWait) {
   EXPECT_GT(q.decode_seconds, 0.0);
 }
 
+// Eight prompts of one group arrive together. The first computes the shared
+// prefix alone (the others would compute it again: deferred); once it is in
+// the tree the other seven reuse it, so they share one prefill step, and the
+// budget counts only their new tokens (8 each, not 72).
+TEST(Simulation, RequestsReusingACachedPrefixShareAPrefillStep) {
+  SimulationConfig c = small_config(CodecKind::kBf16, false);
+  c.max_total_tokens = 4000;
+  c.max_concurrency = 8;
+  c.scheduler.max_prefill_tokens = 80;  // one whole prompt (72 tokens), or ten questions
+  SharedPrefixWorkload w;
+  w.num_groups = 1;
+  w.prompts_per_group = 8;
+  w.system_prompt_len = 64;
+  w.question_len = 8;
+  w.output_len = 4;
+  w.vocab_size = 1000;
+  auto report = run_simulation(c, *w.generate());
+  ASSERT_TRUE(report.is_ok()) << report.status().to_string();
+  EXPECT_EQ(report->scheduler.admitted, 8u);
+  EXPECT_EQ(report->scheduler.prefill_steps, 2u);
+  EXPECT_EQ(report->cached_l1_tokens, 7u * 64);
+}
+
 }  // namespace
 }  // namespace hiq
 

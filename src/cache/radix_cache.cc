@@ -173,6 +173,28 @@ RadixNode* RadixCache::split(RadixNode* node, size_t at) {
   return result;
 }
 
+size_t RadixCache::cached_prefix_tokens(std::span<const TokenId> tokens) const {
+  const size_t n = tokens.size() / page_size_ * page_size_;
+  const RadixNode* node = root_.get();
+  size_t pos = 0;
+  bool host_part = false;
+  while (pos < n) {
+    auto it = node->children.find(first_page(tokens.subspan(pos), page_size_));
+    if (it == node->children.end()) break;
+    const RadixNode* child = it->second.get();
+    const size_t common = common_prefix(child->key, tokens.subspan(pos, n - pos)) / page_size_ * page_size_;
+    // The same tiers match_prefix would use: L1, then host-only; a node still
+    // arriving from L2 ends the match.
+    const bool usable = (child->in_l1() && !host_part) || child->host_only();
+    if (common == 0 || !usable) break;
+    host_part = host_part || child->host_only();
+    pos += common;
+    if (common < child->size()) break;
+    node = child;
+  }
+  return pos;
+}
+
 PrefixMatch RadixCache::match_prefix(std::span<const TokenId> tokens) {
   ++stats_.match_calls;
   stats_.match_tokens += tokens.size();

@@ -136,6 +136,9 @@ class RadixCache {
   // The longest cached prefix of `tokens`, in whole pages. Counts a hit on
   // every matched node and refreshes its access time.
   PrefixMatch match_prefix(std::span<const TokenId> tokens);
+  // How many tokens match_prefix would find (L1 and host parts), without
+  // its effects: no split, no hit counted, no access time refreshed.
+  size_t cached_prefix_tokens(std::span<const TokenId> tokens) const;
 
   // Restores the host part of `match` into newly allocated L1 slots (evicting
   // from L1 if needed) in one transfer. kFailedPrecondition when there is no

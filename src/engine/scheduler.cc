@@ -67,12 +67,15 @@ void Scheduler::release(Active& a) {
   a.lock.release();
 }
 
+// At most every token but the last comes from the cache: the last is always
+// computed, for the logits of the first output token.
+size_t Scheduler::usable_prefix(const std::vector<TokenId>& prompt) const {
+  return (prompt.size() - 1) / cache_.page_size() * cache_.page_size();
+}
+
 Scheduler::Admission Scheduler::admit(Active& a) {
   const std::vector<TokenId>& prompt = a.request.prompt;
-  const size_t page = cache_.page_size();
-  // At most every token but the last comes from the cache: the last is always
-  // computed, for the logits of the first output token.
-  const size_t usable = (prompt.size() - 1) / page * page;
+  const size_t usable = usable_prefix(prompt);
   // Match only what may be used, so that a prompt cached whole — in L2 too —
   // still has its usable part restored rather than recomputed.
   PrefixMatch m = cache_.match_prefix(std::span(prompt).first(usable));
@@ -237,27 +240,33 @@ Result<bool> Scheduler::step() {
       ++it;
     }
   }
-  // Admit what fits the prefill budget, in arrival order. A request that
-  // shares a prefix of at least `in_batch_prefix_tokens` with one already in
-  // this batch waits one step (as SGLang's in-batch prefix check does): next
-  // step it finds that prefix in the tree instead of computing it twice.
+  // Admit what fits the prefill budget, in arrival order. The budget counts
+  // the tokens a prefill computes; what the cache holds costs nothing. A
+  // request that would compute at least `in_batch_prefix_tokens` of the same
+  // prefix as one already in this batch waits one step (SGLang's in-batch
+  // prefix check): next step it finds that prefix in the tree instead of
+  // computing it twice. A prefix the cache already holds is shared within a
+  // batch, so the requests reusing it are not deferred.
   std::vector<std::unique_ptr<Active>> batch;
   size_t budget = options_.max_prefill_tokens;
-  const auto shares_prefix_with_batch = [&](const Active& a) {
+  const auto computes_prefix_of_batch = [&](const Active& a, size_t cached) {
+    const std::vector<TokenId>& x = a.request.prompt;
     for (const auto& b : batch) {
-      const auto& x = a.request.prompt;
-      const auto& y = b->request.prompt;
-      const size_t n = std::min({x.size(), y.size(), options_.in_batch_prefix_tokens});
-      if (n == options_.in_batch_prefix_tokens && std::equal(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n), y.begin()))
-        return true;
+      const std::vector<TokenId>& y = b->request.prompt;
+      const size_t n = std::min(x.size(), y.size());
+      const auto common = static_cast<size_t>(std::mismatch(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n),
+                                                            y.begin()).first - x.begin());
+      if (common >= cached + options_.in_batch_prefix_tokens) return true;
     }
     return false;
   };
   for (auto it = waiting_.begin();
        it != waiting_.end() && running_.size() + batch.size() < options_.max_running_requests;) {
     Active& a = **it;
-    if (!batch.empty() && a.request.prompt.size() > budget) break;
-    if (options_.in_batch_prefix_tokens > 0 && shares_prefix_with_batch(a)) {
+    const std::vector<TokenId>& prompt = a.request.prompt;
+    const size_t cached = cache_.cached_prefix_tokens(std::span(prompt).first(usable_prefix(prompt)));
+    if (!batch.empty() && prompt.size() - cached > budget) break;
+    if (options_.in_batch_prefix_tokens > 0 && computes_prefix_of_batch(a, cached)) {
       ++it;  // deferred to the next step
       continue;
     }

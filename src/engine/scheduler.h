@@ -27,7 +27,7 @@ namespace hiq {
 struct SchedulerOptions {
   size_t max_prefill_tokens = 16384;  // new prompt tokens per prefill step (SGLang --max-prefill-tokens)
   size_t max_running_requests = 256;  // requests admitted at once
-  size_t in_batch_prefix_tokens = 32;  // defer a request sharing this long a prefix with one in the batch; 0: off
+  size_t in_batch_prefix_tokens = 32;  // defer a request that would compute this much of a batch-mate's prefix; 0: off
   // A failed forward pass (other than a failed restore, which is always
   // recomputed): false returns the error from step() (the simulator, where it
   // is a bug); true finishes the batch's requests with that error and goes on
@@ -94,6 +94,7 @@ class Scheduler {
   struct Active;
   enum class Admission { kAdmitted, kWait, kRejected };
   Admission admit(Active& a);
+  size_t usable_prefix(const std::vector<TokenId>& prompt) const;
   Status prefill(std::vector<std::unique_ptr<Active>>& batch);
   Status decode();
   void finish(Active& a, FinishReason reason);

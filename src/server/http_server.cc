@@ -1,8 +1,13 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <random>
 #include <set>
@@ -48,6 +53,7 @@ struct HttpServer::Impl {
   ServingStack& stack;
   HttpOptions options;
   httplib::Server server;
+  socket_t listen_socket = INVALID_SOCKET;  // set by the socket options hook as bind() creates it
   std::mutex id_mutex;
   std::mt19937_64 seeds{std::random_device{}()};  // for requests without a seed
   uint64_t next_response = 1;
@@ -401,6 +407,17 @@ struct HttpServer::Impl {
   }
 
   void routes() {
+    // The listening socket, in place of cpp-httplib's defaults: SO_REUSEADDR
+    // (a restarted server binds through TIME_WAIT) but not SO_REUSEPORT, so a
+    // second server on a port in use fails to bind instead of sharing it; and
+    // TCP_NODELAY, which accepted sockets inherit, so each streamed token
+    // leaves at once. The socket is kept to raise its backlog after bind().
+    server.set_socket_options([this](socket_t sock) {
+      const int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+      listen_socket = sock;
+    });
     server.set_payload_max_length(options.limits.max_body_bytes);
     const int threads = options.threads;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
@@ -459,14 +476,19 @@ HttpServer::~HttpServer() { stop(); }
 
 Result<int> HttpServer::bind() {
   const HttpOptions& o = impl_->options;
-  if (o.port == 0) {
-    const int port = impl_->server.bind_to_any_port(o.host);
+  int port = o.port;
+  if (port == 0) {
+    port = impl_->server.bind_to_any_port(o.host);
     if (port <= 0) return unavailable("cannot bind " + o.host + " to a free port");
-    return port;
-  }
-  if (!impl_->server.bind_to_port(o.host, o.port))
+  } else if (!impl_->server.bind_to_port(o.host, o.port)) {
     return unavailable("cannot bind " + o.host + ":" + std::to_string(o.port) + " (in use, or not an address here)");
-  return o.port;
+  }
+  // cpp-httplib listens with a backlog of 5: more clients than that
+  // connecting at once lose their SYNs and wait a second for the retransmit.
+  // Listening again on the bound socket sets the backlog.
+  if (::listen(impl_->listen_socket, SOMAXCONN) != 0)
+    return unavailable("cannot listen on " + o.host + ":" + std::to_string(port) + ": " + std::strerror(errno));
+  return port;
 }
 
 Status HttpServer::serve() {

@@ -9,7 +9,7 @@ for section in "Experiment B" "Experiment A" "Capacity sweep (H200)" "Capacity s
                "Quality: quality-qwen3-8b-random.json" "Quality: quality-tiny-python-cuda.json"; do
   grep -qF "## $section" <<<"$out" || { echo "FAIL: no section '$section'" >&2; exit 1; }
 done
-for ratio in "| 0.44 |" "| 0.58 |" "| 0.36 |"; do
+for ratio in "| 0.50 |" "| 0.58 |" "| 0.53 |"; do
   grep -qF -- "$ratio" <<<"$out" || { echo "FAIL: the paired table lacks $ratio" >&2; exit 1; }
   grep -qF -- "**${ratio:2:4}**" "$root/docs/results.md" || { echo "FAIL: docs/results.md lacks ${ratio:2:4}" >&2; exit 1; }
 done

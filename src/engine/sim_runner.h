@@ -38,12 +38,14 @@
 
 namespace hiq {
 
-// Defaults from docs of the H200 (../shared/ANCHORS.md): Qwen3-8B prefill of
-// 2,048 tokens in 66.6 ms, a decode step at batch 8 with 2K context in 76 ms,
-// pinned host→device copies at 54 GB/s.
+// Defaults: Qwen3-8B (BF16) in this engine on an H200, as `hiq bench serve`
+// measured it on the reference workload (docs/results.md, capacity sweep: the
+// scheduler's prefill and decode seconds): prefills of 1–3 prompts of 2,112
+// new tokens at ~38,000 tokens/s, a decode step of 8 requests with ~2K context
+// in 7.05 ms; pinned host→device copies at 54 GB/s.
 struct SimCostModel {
-  double prefill_tokens_per_s = 30750;  // new tokens computed per second
-  double decode_step_s = 0.076;         // one decode step of the whole batch
+  double prefill_tokens_per_s = 38000;  // new tokens computed per second
+  double decode_step_s = 0.00705;       // one decode step of the whole batch
   double pcie_bytes_per_s = 54e9;       // L2 → L1 wire speed, encoded bytes
   double codec_bytes_per_s = 380e9;     // GPU decode speed, BF16 bytes produced
 };

@@ -19,15 +19,30 @@
 namespace hiq {
 namespace {
 
-std::unique_ptr<ServingStack> tiny_stack() {
-  ServeConfig c;
-  c.model_dir = std::string(HIQ_TEST_MODELS_DIR) + "/tiny-qwen3";
-  c.max_total_tokens = 256;
-  c.hicache = false;
-  auto stack = ServingStack::create(c);
-  EXPECT_TRUE(stack.is_ok()) << stack.status().to_string();
-  return stack.is_ok() ? std::move(*stack) : nullptr;
-}
+// A server on any free port of the loopback, over a tiny CPU stack; bound
+// (listening) but not serving.
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServeConfig c;
+    c.model_dir = std::string(HIQ_TEST_MODELS_DIR) + "/tiny-qwen3";
+    c.max_total_tokens = 256;
+    c.hicache = false;
+    auto stack = ServingStack::create(c);
+    ASSERT_TRUE(stack.is_ok()) << stack.status().to_string();
+    stack_ = std::move(*stack);
+    HttpOptions o;
+    o.port = 0;
+    server_ = std::make_unique<HttpServer>(*stack_, o);
+    auto port = server_->bind();
+    ASSERT_TRUE(port.is_ok()) << port.status().to_string();
+    port_ = *port;
+  }
+
+  std::unique_ptr<ServingStack> stack_;
+  std::unique_ptr<HttpServer> server_;
+  int port_ = 0;
+};
 
 // Starts a non-blocking connect to 127.0.0.1:port; -1 on failure.
 int start_connect(int port) {
@@ -48,19 +63,11 @@ int start_connect(int port) {
 // Bound but not serving: nothing accepts, so every connection that completes
 // its handshake waits in the listen backlog. With cpp-httplib's backlog of 5
 // only the first few would; the rest would wait for a SYN retransmit (1 s).
-TEST(HttpServer, ABurstOfConnectionsWaitsInTheBacklogInsteadOfBeingDropped) {
-  auto stack = tiny_stack();
-  ASSERT_NE(stack, nullptr);
-  HttpOptions o;
-  o.port = 0;
-  HttpServer server(*stack, o);
-  auto port = server.bind();
-  ASSERT_TRUE(port.is_ok()) << port.status().to_string();
-
+TEST_F(HttpServerTest, ABurstOfConnectionsWaitsInTheBacklogInsteadOfBeingDropped) {
   constexpr int kClients = 64;
   std::vector<pollfd> fds;
   for (int i = 0; i < kClients; ++i) {
-    const int fd = start_connect(*port);
+    const int fd = start_connect(port_);
     ASSERT_GE(fd, 0) << "socket " << i;
     fds.push_back({fd, POLLOUT, 0});
   }
@@ -83,16 +90,10 @@ TEST(HttpServer, ABurstOfConnectionsWaitsInTheBacklogInsteadOfBeingDropped) {
   EXPECT_EQ(connected, kClients);
 }
 
-TEST(HttpServer, APortInUseIsRefusedNotShared) {
-  auto stack = tiny_stack();
-  ASSERT_NE(stack, nullptr);
+TEST_F(HttpServerTest, APortInUseIsRefusedNotShared) {
   HttpOptions o;
-  o.port = 0;
-  HttpServer first(*stack, o);
-  auto port = first.bind();
-  ASSERT_TRUE(port.is_ok()) << port.status().to_string();
-  o.port = *port;
-  HttpServer second(*stack, o);
+  o.port = port_;
+  HttpServer second(*stack_, o);
   auto again = second.bind();
   ASSERT_FALSE(again.is_ok());
   EXPECT_EQ(again.status().code(), StatusCode::kUnavailable);

@@ -24,10 +24,10 @@ SimulationConfig small_config(CodecKind codec, bool hicache) {
   return c;
 }
 
-std::vector<Request> small_workload() {
+std::vector<Request> small_workload(int groups = 8, int prompts_per_group = 4) {
   SharedPrefixWorkload w;
-  w.num_groups = 8;
-  w.prompts_per_group = 4;
+  w.num_groups = groups;
+  w.prompts_per_group = prompts_per_group;
   w.system_prompt_len = 64;
   w.question_len = 8;
   w.output_len = 4;
@@ -169,14 +169,7 @@ TEST(Simulation, RequestsReusingACachedPrefixShareAPrefillStep) {
   c.max_total_tokens = 4000;
   c.max_concurrency = 8;
   c.scheduler.max_prefill_tokens = 80;  // one whole prompt (72 tokens), or ten questions
-  SharedPrefixWorkload w;
-  w.num_groups = 1;
-  w.prompts_per_group = 8;
-  w.system_prompt_len = 64;
-  w.question_len = 8;
-  w.output_len = 4;
-  w.vocab_size = 1000;
-  auto report = run_simulation(c, *w.generate());
+  auto report = run_simulation(c, small_workload(/*groups=*/1, /*prompts_per_group=*/8));
   ASSERT_TRUE(report.is_ok()) << report.status().to_string();
   EXPECT_EQ(report->scheduler.admitted, 8u);
   EXPECT_EQ(report->scheduler.prefill_steps, 2u);

@@ -217,9 +217,12 @@ assert metric("sglang:generation_tokens_total") > 0, metrics
 assert metric("hiq:load_back_tokens_total") > 0, metrics
 assert metric('hiq:transfer_bytes_total{direction="load_back"}') > 0, metrics
 assert metric('hiq:transfer_seconds_total{direction="backup"}') > 0, metrics
+assert metric('hiq:scheduler_steps_total{kind="prefill"}') > 0, metrics
+assert metric('hiq:scheduler_steps_total{kind="decode"}') > 0, metrics
+assert metric('hiq:scheduler_step_seconds_total{kind="prefill"}') > 0, metrics
 assert "sglang:time_to_first_token_seconds_bucket" in metrics, metrics
 assert metric('sglang:num_requests_total{reason="abort"}') >= 1, metrics  # the client that went away
-ok("/metrics: cached tokens by tier, load-back, generated tokens, TTFT histogram, the aborted request")
+ok("/metrics: cached tokens by tier, load-back, generated tokens, scheduler steps, TTFT histogram, the aborted request")
 
 assert call("POST", "/flush_cache")[0] == 200
 ok("/flush_cache")

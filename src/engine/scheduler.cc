@@ -263,12 +263,14 @@ Result<bool> Scheduler::step() {
   for (auto it = waiting_.begin();
        it != waiting_.end() && running_.size() + batch.size() < options_.max_running_requests;) {
     Active& a = **it;
-    const std::vector<TokenId>& prompt = a.request.prompt;
-    const size_t cached = cache_.cached_prefix_tokens(std::span(prompt).first(usable_prefix(prompt)));
-    if (!batch.empty() && prompt.size() - cached > budget) break;
-    if (options_.in_batch_prefix_tokens > 0 && computes_prefix_of_batch(a, cached)) {
-      ++it;  // deferred to the next step
-      continue;
+    if (!batch.empty()) {  // the first request is always admitted; the others must fit beside it
+      const std::vector<TokenId>& prompt = a.request.prompt;
+      const size_t cached = cache_.cached_prefix_tokens(std::span(prompt).first(usable_prefix(prompt)));
+      if (prompt.size() - cached > budget) break;
+      if (options_.in_batch_prefix_tokens > 0 && computes_prefix_of_batch(a, cached)) {
+        ++it;  // deferred to the next step
+        continue;
+      }
     }
     const Admission admission = admit(a);
     if (admission == Admission::kWait) {

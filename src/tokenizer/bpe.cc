@@ -58,9 +58,14 @@ Result<BpeModel> BpeModel::from_json(const json& model) {
   HIQ_ASSIGN_OR_RETURN(const bool byte_fallback, optional_bool(model, "byte_fallback", false, path));
   if (byte_fallback)
     return field_error("model.byte_fallback", "is true; byte-fallback BPE (SentencePiece style) is not supported");
+  // Hugging Face glues these affixes onto symbols while merging; "" glues
+  // nothing (Qwen2.5 and Qwen3 write "" for both), so only text is refused.
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (!member_or_null(model, key).is_null())
-      return field_error(member_path(path, key), "is set; only byte-level BPE without subword affixes is supported");
+    const json& affix = member_or_null(model, key);
+    if (affix.is_null() || (affix.is_string() && affix.get_ref<const std::string&>().empty())) continue;
+    return field_error(member_path(path, key),
+                       "is " + describe_json_value(affix) +
+                           "; only null or \"\" (no affix) is supported by byte-level BPE");
   }
   if (const json& dropout = member_or_null(model, "dropout"); !dropout.is_null()) {
     if (!dropout.is_number() || dropout.get<double>() != 0.0)

@@ -37,8 +37,9 @@ class BpeModel {
   // lines skipped) or [a, b] pairs, a, b and a+b in the vocabulary (a later
   // duplicate re-ranks the pair, as in Hugging Face); ignore_merges; unk_token
   // (must be in the vocabulary), fuse_unk; dropout null or 0. Refused, by
-  // field: byte_fallback true, continuing_subword_prefix or
-  // end_of_word_suffix set, any other type.
+  // field: byte_fallback true, a continuing_subword_prefix or
+  // end_of_word_suffix other than null or "" (the value is named), any
+  // other type.
   static Result<BpeModel> from_json(const nlohmann::json& model);
 
   // Appends the ids of one pre-token, given as its raw bytes (not yet spelt

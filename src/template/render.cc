@@ -41,10 +41,16 @@ const char* op_symbol(Expr::Op op) {
              b.type_name() + "'");
 }
 
-int64_t checked(bool overflow, int64_t value) {
-  if (overflow) type_error("integer overflow (Python integers are unbounded; these are 64-bit)");
-  return value;
+// a op b on 64-bit integers; Python's are unbounded, so overflow is an error here.
+template <typename Op>
+int64_t checked(Op op, int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (op(a, b, &r)) type_error("integer overflow (Python integers are unbounded; these are 64-bit)");
+  return r;
 }
+constexpr auto kAddOverflow = [](int64_t a, int64_t b, int64_t* r) { return __builtin_add_overflow(a, b, r); };
+constexpr auto kSubOverflow = [](int64_t a, int64_t b, int64_t* r) { return __builtin_sub_overflow(a, b, r); };
+constexpr auto kMulOverflow = [](int64_t a, int64_t b, int64_t* r) { return __builtin_mul_overflow(a, b, r); };
 
 int64_t floor_div(int64_t a, int64_t b) {
   if (a == INT64_MIN && b == -1) type_error("integer overflow (Python integers are unbounded; these are 64-bit)");
@@ -115,11 +121,10 @@ Value percent_format(const std::string& format, const Value& args) {
 Value binary_operation(Expr::Op op, const Value& a, const Value& b, const Renderer& renderer) {
   const bool numbers = a.is_number() && b.is_number();
   const bool floats = numbers && (a.is_float() || b.is_float());
-  int64_t r = 0;
   switch (op) {
     case Expr::Op::kAdd:
       if (floats) return Value::floating(a.as_float() + b.as_float());
-      if (numbers) return Value::integer(checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r));
+      if (numbers) return Value::integer(checked(kAddOverflow, a.as_int(), b.as_int()));
       if (a.is_string() && b.is_string()) {
         renderer.check_size(a.as_string().size() + b.as_string().size());
         return Value::string(a.as_string() + b.as_string());
@@ -133,11 +138,11 @@ Value binary_operation(Expr::Op op, const Value& a, const Value& b, const Render
       break;
     case Expr::Op::kSub:
       if (floats) return Value::floating(a.as_float() - b.as_float());
-      if (numbers) return Value::integer(checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r));
+      if (numbers) return Value::integer(checked(kSubOverflow, a.as_int(), b.as_int()));
       break;
     case Expr::Op::kMul:
       if (floats) return Value::floating(a.as_float() * b.as_float());
-      if (numbers) return Value::integer(checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r));
+      if (numbers) return Value::integer(checked(kMulOverflow, a.as_int(), b.as_int()));
       if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) return repeat(a, b.as_int(), renderer);
       if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) return repeat(b, a.as_int(), renderer);
       break;
@@ -171,7 +176,7 @@ Value binary_operation(Expr::Op op, const Value& a, const Value& b, const Render
         if (floats || b.as_int() < 0) return Value::floating(std::pow(a.as_float(), b.as_float()));
         int64_t result = 1;
         for (int64_t i = 0; i < b.as_int(); ++i) {
-          result = checked(__builtin_mul_overflow(result, a.as_int(), &r), r);
+          result = checked(kMulOverflow, result, a.as_int());
           if (result == 0 || result == 1) break;
         }
         return Value::integer(result);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 
+#include "tokenizer/unicode_classes.h"
 #include "tokenizer/utf8.h"
 
 namespace hiq {
@@ -95,18 +96,24 @@ RegexSplitter::Scratch::~Scratch() { pcre2_match_data_free(static_cast<pcre2_mat
 
 Result<RegexSplitter> RegexSplitter::compile(std::string_view pattern, bool literal, std::string_view field) {
   if (literal && pattern.empty()) return invalid_argument("field '" + std::string(field) + "' is empty");
-  if (!literal) HIQ_RETURN_IF_ERROR(check_portable(pattern, field));
   HIQ_RETURN_IF_ERROR(validate_utf8(pattern, "field '" + std::string(field) + "'"));
+  std::string rewritten;
+  if (!literal) {
+    HIQ_RETURN_IF_ERROR(check_portable(pattern, field));
+    HIQ_ASSIGN_OR_RETURN(rewritten, rewrite_unicode_classes(pattern, field));
+  }
+  const std::string_view source = literal ? pattern : std::string_view(rewritten);
 
   int error = 0;
   PCRE2_SIZE error_offset = 0;
   // PCRE2_LITERAL admits no UCP; a literal needs no character properties.
   const uint32_t options = literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error,
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(), options, &error,
                                    &error_offset, nullptr);
   if (code == nullptr) {
     return invalid_argument("field '" + std::string(field) + "' is a pattern PCRE2 cannot compile: " +
-                            pcre2_message(error) + " at offset " + std::to_string(error_offset));
+                            pcre2_message(error) + " at offset " + std::to_string(error_offset) +
+                            (source == pattern ? "" : " (of the pattern with its Unicode classes spelt out)"));
   }
   auto owner = std::make_shared<Code>();
   owner->code = code;

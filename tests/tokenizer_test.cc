@@ -27,6 +27,7 @@
 #include "tokenizer/regex_split.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_classes.h"
 #include "tokenizer/unicode_nfc.h"
 #include "tokenizer/utf8.h"
 
@@ -408,7 +409,11 @@ TEST(TokenizerJson, MalformedFilesAreRefusedNamingTheField) {
           {"field 'model.merges[0]'", "'zz' is not in"});
   refused([](json& f) { f["model"]["byte_fallback"] = true; }, {"field 'model.byte_fallback'"});
   refused([](json& f) { f["model"]["dropout"] = 0.1; }, {"field 'model.dropout'"});
-  refused([](json& f) { f["model"]["continuing_subword_prefix"] = "##"; }, {"field 'model.continuing_subword_prefix'"});
+  refused([](json& f) { f["model"]["continuing_subword_prefix"] = "##"; },
+          {"field 'model.continuing_subword_prefix'", "is \"##\"", "null or \"\""});
+  refused([](json& f) { f["model"]["end_of_word_suffix"] = "</w>"; },
+          {"field 'model.end_of_word_suffix'", "is \"</w>\""});
+  refused([](json& f) { f["model"]["end_of_word_suffix"] = 1; }, {"field 'model.end_of_word_suffix'", "is 1"});
   refused([](json& f) { f["model"]["unk_token"] = "<unk>"; }, {"field 'model.unk_token'", "not in the vocabulary"});
   refused([](json& f) { f["version"] = "2.0"; }, {"field 'version'"});
   refused([](json& f) { f["normalizer"] = {{"type", "NFKC"}}; }, {"field 'normalizer.type'", "'NFKC'"});
@@ -440,6 +445,8 @@ TEST(TokenizerJson, MalformedFilesAreRefusedNamingTheField) {
   refused([](json& f) { use_split(f, split_step("(?m:a)")); }, {"uses the inline flag m"});
   refused([](json& f) { use_split(f, split_step("[a-z&&[^aeiou]]")); }, {"class intersection"});
   refused([](json& f) { use_split(f, split_step("[a[bc]]")); }, {"nested character class"});
+  refused([](json& f) { use_split(f, split_step("[\\Sa]")); }, {"uses \\S inside a character class"});
+  refused([](json& f) { use_split(f, split_step("[\\P{L}a]")); }, {"negated property (\\P{L})", "character class"});
   refused([](json& f) {
             f["pre_tokenizer"] = {
                 {"type", "Sequence"},
@@ -471,6 +478,29 @@ TEST(TokenizerJson, MalformedFilesAreRefusedNamingTheField) {
             f["added_tokens"] = json::array({a});
           },
           {"field 'added_tokens[0].content' is empty"});
+}
+
+// Values that change nothing are accepted: Qwen2.5 and Qwen3 write "" for
+// both affixes, Llama 3 sets flags on ByteLevel steps that only move offsets.
+TEST(TokenizerJson, FieldsThatChangeNothingAreAccepted) {
+  const auto accepted = [](const std::function<void(json&)>& edit) {
+    auto tok = load_edited(edit);
+    ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+    EXPECT_EQ(*tok->encode("ab c"), (std::vector<int32_t>{'a', 'b', ' ', 'c'}));
+  };
+  accepted([](json& f) {
+    f["model"]["continuing_subword_prefix"] = "";
+    f["model"]["end_of_word_suffix"] = "";
+  });
+  accepted([](json& f) { f["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}}; });
+  accepted([](json& f) {
+    f["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+    f["post_processor"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}};
+  });
+  accepted([](json& f) {
+    f["truncation"] = nullptr;
+    f["padding"] = nullptr;
+  });
 }
 
 TEST(TokenizerJson, UnreadableInputIsRefused) {
@@ -585,6 +615,33 @@ TEST(RegexSplit, IsolatesMatchesAndGapsLikeHuggingFace) {
   EXPECT_TRUE(split("a", "").empty());
   // \s is Unicode White_Space in both engines, NEL included.
   EXPECT_EQ(split("\\s+", "a\u0085\u3000b"), (Pieces{"a", "\u0085\u3000", "b"}));
+}
+
+// PCRE2 10.42 has Unicode 14 tables and Oniguruma (Hugging Face) 15.0; the
+// patterns are rewritten so that PCRE2 reads them as Oniguruma does
+// (unicode_classes.h). DeepSeek-V3's tokenizer splits these differently
+// otherwise (tests/tokenizer_published_test.cc has the texts).
+TEST(RegexSplit, UnicodeClassesAreThoseOfUnicode15AsInOniguruma) {
+  using Pieces = std::vector<std::string>;
+  // CJK extension H (U+31350) and Kawi (U+11F04) are letters of Unicode 15.0.
+  EXPECT_EQ(split("\\p{L}+", "a\U00031350\U00011F04b c"), (Pieces{"a\U00031350\U00011F04b", " ", "c"}));
+  EXPECT_EQ(split("[^\\p{L}]+", "a\U00031350 b"), (Pieces{"a\U00031350", " ", "b"}));
+  EXPECT_EQ(split("\\P{L}+", "a\U00031350 b"), (Pieces{"a\U00031350", " ", "b"}));
+  EXPECT_EQ(split("\\pL+", "\U00031350 "), (Pieces{"\U00031350", " "}));
+  // Kawi digits (U+11F50) are Nd; 🫨 (U+1FAE8, emoji 15.0) is So.
+  EXPECT_EQ(split("\\p{N}+", "x\U00011F50\U00011F511"), (Pieces{"x", "\U00011F50\U00011F511"}));
+  EXPECT_EQ(split("[\\p{P}\\p{S}]+", "a\U0001FAE8!b"), (Pieces{"a", "\U0001FAE8!", "b"}));
+  // U+180E is not White_Space (since Unicode 6.3), though PCRE2's own \s has it.
+  EXPECT_EQ(split("\\s+", "a\u180e b"), (Pieces{"a\u180e", " ", "b"}));
+  EXPECT_EQ(split("\\s+(?!\\S)", "a  \u180e"), (Pieces{"a", " ", " \u180e"}));
+  EXPECT_EQ(split("[^\\s]+", "a\u180e b"), (Pieces{"a\u180e", " ", "b"}));
+  // Escapes and classes around them are untouched.
+  EXPECT_EQ(split("[\\]\\p{L}]+", "]a]\U00031350 "), (Pieces{"]a]\U00031350", " "}));
+  EXPECT_EQ(split("\\p{Han}+", "\u4e2d\u6587 x"), (Pieces{"\u4e2d\u6587", " x"}));
+  // utf8proc adds code points PCRE2 lacks, and none that PCRE2 files under
+  // another category (which a rewrite could not take away).
+  EXPECT_GT(unicode_classes_added_code_points(), 4000u);
+  EXPECT_EQ(unicode_classes_changed_code_points(), 0u);
 }
 
 }  // namespace

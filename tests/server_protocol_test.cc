@@ -74,9 +74,14 @@ TEST(OpenAiRequest, MinimalCompletionGetsOpenAiDefaults) {
   EXPECT_EQ(r->model, "");
   const GenerationParams& p = r->params;
   EXPECT_EQ(p.max_tokens, 16);
-  EXPECT_EQ(p.temperature, 1.0);
-  EXPECT_EQ(p.top_p, 1.0);
-  EXPECT_EQ(p.top_k, -1);
+  // Sampling left out stays unset: the server fills it from generation_config.json or OpenAI's defaults.
+  EXPECT_FALSE(p.temperature.has_value());
+  EXPECT_FALSE(p.top_p.has_value());
+  EXPECT_FALSE(p.top_k.has_value());
+  EXPECT_EQ(p.n, 1);
+  EXPECT_EQ(p.logprobs, -1);
+  EXPECT_FALSE(r->echo);
+  EXPECT_TRUE(r->add_special_tokens);
   EXPECT_FALSE(p.seed.has_value());
   EXPECT_TRUE(p.stop.empty());
   EXPECT_TRUE(p.stop_token_ids.empty());
@@ -97,8 +102,8 @@ TEST(OpenAiRequest, EveryFieldIsRead) {
   EXPECT_EQ(r->model, "qwen3");
   const GenerationParams& p = r->params;
   EXPECT_EQ(p.max_tokens, 100);
-  EXPECT_DOUBLE_EQ(p.temperature, 0.7);
-  EXPECT_DOUBLE_EQ(p.top_p, 0.9);
+  EXPECT_DOUBLE_EQ(*p.temperature, 0.7);
+  EXPECT_DOUBLE_EQ(*p.top_p, 0.9);
   EXPECT_EQ(p.top_k, 40);
   EXPECT_EQ(p.seed, std::optional<uint64_t>(UINT64_MAX));
   EXPECT_EQ(p.stop, (std::vector<std::string>{"\n\n", "END"}));
@@ -115,7 +120,9 @@ TEST(OpenAiRequest, NullMeansAbsent) {
       "suffix": null, "best_of": null)");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->params.max_tokens, 16);
-  EXPECT_EQ(r->params.temperature, 1.0);
+  EXPECT_FALSE(r->params.temperature.has_value());
+  EXPECT_EQ(r->params.n, 1);
+  EXPECT_EQ(r->params.logprobs, -1);
 }
 
 TEST(OpenAiRequest, UnknownFieldsAreIgnored) {
@@ -270,14 +277,34 @@ TEST(OpenAiRequest, ChatMessages) {
       {"role": "assistant", "content": "ok", "tool_calls": []}]})",
                                     kLimits);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  ASSERT_EQ(r->messages.size(), 4u);
-  EXPECT_EQ(r->messages[0].role, "system");
-  EXPECT_EQ(r->messages[0].content, "Be brief.");
-  EXPECT_EQ(r->messages[1].role, "developer");
-  EXPECT_EQ(r->messages[2].role, "user");
-  EXPECT_EQ(r->messages[2].content, "part one\npart two");
-  EXPECT_EQ(r->messages[3].role, "assistant");
+  // What the template reads: roles (developer as system), joined text parts, names; nothing else.
+  EXPECT_EQ(r->messages, json::parse(R"([
+      {"role": "system", "content": "Be brief."},
+      {"role": "system", "content": "dev"},
+      {"role": "user", "content": "part one\npart two", "name": "alice"},
+      {"role": "assistant", "content": "ok"}])"));
   EXPECT_EQ(r->params.max_tokens, kLimits.default_chat_max_tokens);
+  EXPECT_TRUE(r->add_generation_prompt);
+  EXPECT_EQ(r->chat_template_kwargs, json::object());
+}
+
+TEST(OpenAiRequest, ChatTemplateOptions) {
+  const auto r = chat(R"("chat_template_kwargs": {"enable_thinking": false, "x": [1]}, "add_generation_prompt": false)");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->chat_template_kwargs, json::parse(R"({"enable_thinking": false, "x": [1]})"));
+  EXPECT_FALSE(r->add_generation_prompt);
+  const auto thinking = parse_chat_request(R"({"messages": [{"role": "assistant", "content": "a",
+      "reasoning_content": "because"}]})", kLimits);
+  ASSERT_TRUE(thinking.is_ok()) << thinking.status().to_string();
+  EXPECT_EQ(thinking->messages[0].at("reasoning_content"), "because");
+  expect_error(chat(R"("chat_template_kwargs": [1])"), StatusCode::kInvalidArgument,
+               {"parameter 'chat_template_kwargs' must be an object"});
+  expect_error(chat(R"("chat_template_kwargs": {"messages": []})"), StatusCode::kInvalidArgument,
+               {"must not set 'messages'"});
+  expect_error(chat(R"("chat_template": "{{ x }}")"), StatusCode::kInvalidArgument,
+               {"parameter 'chat_template' is not supported"});
+  expect_error(chat(R"("continue_final_message": true)"), StatusCode::kInvalidArgument,
+               {"parameter 'continue_final_message' is not supported"});
 }
 
 TEST(OpenAiRequest, BadMessages) {
@@ -366,9 +393,9 @@ TEST(OpenAiRequest, ChatMaxCompletionTokens) {
 // ---- sampling --------------------------------------------------------------------------------
 
 TEST(OpenAiRequest, Temperature) {
-  EXPECT_EQ(completion(R"("temperature": 0)")->params.temperature, 0.0);
-  EXPECT_EQ(chat(R"("temperature": 2)")->params.temperature, 2.0);
-  EXPECT_DOUBLE_EQ(chat(R"("temperature": 0.25)")->params.temperature, 0.25);
+  EXPECT_EQ(*completion(R"("temperature": 0)")->params.temperature, 0.0);
+  EXPECT_EQ(*chat(R"("temperature": 2)")->params.temperature, 2.0);
+  EXPECT_DOUBLE_EQ(*chat(R"("temperature": 0.25)")->params.temperature, 0.25);
   expect_both_refuse(R"("temperature": -0.1)", "temperature", {"must be a number in [0, 2]", "got -0.1"});
   expect_both_refuse(R"("temperature": 2.0001)", "temperature", {"[0, 2]", "got 2.0001"});
   expect_both_refuse(R"("temperature": "hot")", "temperature", {"must be a number", "the string 'hot'"});
@@ -376,8 +403,8 @@ TEST(OpenAiRequest, Temperature) {
 }
 
 TEST(OpenAiRequest, TopP) {
-  EXPECT_EQ(completion(R"("top_p": 1)")->params.top_p, 1.0);
-  EXPECT_DOUBLE_EQ(completion(R"("top_p": 1e-3)")->params.top_p, 1e-3);
+  EXPECT_EQ(*completion(R"("top_p": 1)")->params.top_p, 1.0);
+  EXPECT_DOUBLE_EQ(*completion(R"("top_p": 1e-3)")->params.top_p, 1e-3);
   expect_both_refuse(R"("top_p": 0)", "top_p", {"must be a number in (0, 1]", "got 0"});
   expect_both_refuse(R"("top_p": 1.5)", "top_p", {"(0, 1]", "got 1.5"});
   expect_both_refuse(R"("top_p": [1])", "top_p", {"must be a number", "got an array"});
@@ -452,14 +479,12 @@ TEST(OpenAiRequest, StreamAndStreamOptions) {
 // ---- known but unsupported parameters --------------------------------------------------------
 
 TEST(OpenAiRequest, UnsupportedParametersPassOnlyAtTheirDefaults) {
-  for (std::string_view ok : {R"("n": 1)", R"("presence_penalty": 0)", R"("frequency_penalty": 0.0)",
+  for (std::string_view ok : {R"("presence_penalty": 0)", R"("frequency_penalty": 0.0)",
                               R"("repetition_penalty": 1.0)", R"("min_p": 0)", R"("min_tokens": 0)",
                               R"("logit_bias": {})"}) {
     EXPECT_TRUE(completion(ok).is_ok()) << ok;
     EXPECT_TRUE(chat(ok).is_ok()) << ok;
   }
-  expect_both_refuse(R"("n": 2)", "n", {"not supported by this server", "only its default 1", "got 2"});
-  expect_both_refuse(R"("n": "2")", "n", {"must be an integer"});
   expect_both_refuse(R"("presence_penalty": 0.5)", "presence_penalty", {"not supported", "got 0.5"});
   expect_both_refuse(R"("frequency_penalty": -1)", "frequency_penalty", {"not supported", "got -1"});
   expect_both_refuse(R"("frequency_penalty": "x")", "frequency_penalty", {"must be a number"});
@@ -469,6 +494,74 @@ TEST(OpenAiRequest, UnsupportedParametersPassOnlyAtTheirDefaults) {
   expect_both_refuse(R"("logit_bias": {"50256": -100})", "logit_bias", {"not supported", "empty object"});
   expect_both_refuse(R"("logit_bias": [1])", "logit_bias", {"must be an object"});
   expect_both_refuse(R"("user": 5)", "user", {"must be a string"});
+}
+
+TEST(OpenAiRequest, ChoicesN) {
+  EXPECT_EQ(completion(R"("n": 3)")->params.n, 3);
+  EXPECT_EQ(chat(R"("n": 16)")->params.n, 16);
+  expect_both_refuse(R"("n": 0)", "n", {"must be an integer in [1, 16]", "got 0"});
+  expect_both_refuse(R"("n": 17)", "n", {"[1, 16]"});
+  expect_both_refuse(R"("n": "2")", "n", {"must be an integer"});
+  EXPECT_TRUE(completion(R"("n": 2, "best_of": 2)").is_ok());
+  expect_error(completion(R"("n": 2, "best_of": 3)"), StatusCode::kInvalidArgument,
+               {"parameter 'best_of' is not supported", "equal to n"});
+}
+
+TEST(OpenAiRequest, CompletionLogprobsAndEcho) {
+  const auto r = completion(R"("logprobs": 5, "echo": true, "add_special_tokens": false)");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->params.logprobs, 5);
+  EXPECT_TRUE(r->echo);
+  EXPECT_FALSE(r->add_special_tokens);
+  EXPECT_EQ(completion(R"("logprobs": 0)")->params.logprobs, 0);
+  expect_error(completion(R"("logprobs": 21)"), StatusCode::kInvalidArgument,
+               {"parameter 'logprobs' must be an integer in [0, 20]"});
+  expect_error(completion(R"("logprobs": true)"), StatusCode::kInvalidArgument, {"must be an integer"});
+  expect_error(completion(R"("echo": 1)"), StatusCode::kInvalidArgument, {"must be true or false"});
+}
+
+TEST(OpenAiRequest, ChatLogprobs) {
+  EXPECT_EQ(chat(R"("logprobs": true)")->params.logprobs, 0);
+  EXPECT_EQ(chat(R"("logprobs": true, "top_logprobs": 20)")->params.logprobs, 20);
+  EXPECT_EQ(chat(R"("logprobs": false)")->params.logprobs, -1);
+  expect_error(chat(R"("top_logprobs": 3)"), StatusCode::kInvalidArgument,
+               {"parameter 'top_logprobs' needs 'logprobs': true"});
+  expect_error(chat(R"("logprobs": true, "top_logprobs": 21)"), StatusCode::kInvalidArgument, {"[0, 20]"});
+  expect_error(chat(R"("logprobs": 1)"), StatusCode::kInvalidArgument, {"must be true or false"});
+}
+
+TEST(OpenAiRequest, TokenizeAndDetokenize) {
+  const auto text = parse_tokenize_request(R"({"prompt": "hi", "add_special_tokens": false, "return_token_strs": true})",
+                                           kLimits);
+  ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+  EXPECT_EQ(text->prompt, std::optional<std::string>("hi"));
+  EXPECT_FALSE(text->add_special_tokens);
+  EXPECT_TRUE(text->return_token_strs);
+  EXPECT_EQ(parse_tokenize_request(R"({"text": "x"})", kLimits)->prompt, std::optional<std::string>("x"));
+  const auto conv = parse_tokenize_request(
+      R"({"messages": [{"role": "user", "content": "q"}], "add_generation_prompt": false,
+          "chat_template_kwargs": {"enable_thinking": false}})",
+      kLimits);
+  ASSERT_TRUE(conv.is_ok()) << conv.status().to_string();
+  ASSERT_TRUE(conv->chat.has_value());
+  EXPECT_FALSE(conv->chat->add_generation_prompt);
+  EXPECT_EQ(conv->chat->messages.size(), 1u);
+  expect_error(parse_tokenize_request(R"({})", kLimits), StatusCode::kInvalidArgument, {"'prompt'", "'messages'"});
+  expect_error(parse_tokenize_request(R"({"prompt": "a", "messages": []})", kLimits), StatusCode::kInvalidArgument,
+               {"only one of them"});
+  expect_error(parse_tokenize_request(R"({"prompt": 5})", kLimits), StatusCode::kInvalidArgument,
+               {"parameter 'prompt' must be a string"});
+
+  ProtocolLimits small = kLimits;
+  small.vocab_size = 100;
+  const auto ids = parse_detokenize_request(R"({"tokens": [1, 2, 99]})", small);
+  ASSERT_TRUE(ids.is_ok()) << ids.status().to_string();
+  EXPECT_EQ(ids->tokens, (std::vector<int32_t>{1, 2, 99}));
+  expect_error(parse_detokenize_request(R"({"tokens": [100]})", small), StatusCode::kInvalidArgument,
+               {"parameter 'tokens[0]'", "[0, 100)"});
+  expect_error(parse_detokenize_request(R"({"tokens": "1"})", small), StatusCode::kInvalidArgument,
+               {"must be an array"});
+  expect_error(parse_detokenize_request(R"({})", small), StatusCode::kInvalidArgument, {"'tokens' is required"});
 }
 
 TEST(OpenAiRequest, CompletionOnlyUnsupportedParameters) {
@@ -481,12 +574,7 @@ TEST(OpenAiRequest, CompletionOnlyUnsupportedParameters) {
       EXPECT_EQ(protocol_error(r.status()).param, param);
     }
   };
-  refuse(R"("echo": true)", "echo", {"not supported", "only false"});
-  refuse(R"("echo": 1)", "echo", {"must be true or false"});
   refuse(R"("best_of": 3)", "best_of", {"not supported"});
-  refuse(R"("logprobs": 0)", "logprobs", {"not supported", "log probabilities"});
-  refuse(R"("logprobs": 5)", "logprobs", {"not supported"});
-  refuse(R"("logprobs": true)", "logprobs", {"must be an integer"});
   refuse(R"("suffix": "tail")", "suffix", {"not supported"});
   refuse(R"("suffix": 1)", "suffix", {"must be a string"});
 }
@@ -503,9 +591,6 @@ TEST(OpenAiRequest, ChatOnlyUnsupportedParameters) {
       EXPECT_EQ(protocol_error(r.status()).param, param);
     }
   };
-  refuse(R"("logprobs": true)", "logprobs", {"not supported"});
-  refuse(R"("logprobs": 1)", "logprobs", {"must be true or false"});
-  refuse(R"("top_logprobs": 3)", "top_logprobs", {"not supported"});
   refuse(R"("tools": [{"type": "function", "function": {"name": "f"}}])", "tools", {"tool calling"});
   refuse(R"("tools": {})", "tools", {"must be an array"});
   refuse(R"("functions": [{"name": "f"}])", "functions", {"tool calling"});

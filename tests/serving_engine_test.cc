@@ -52,7 +52,7 @@ Read read_all(GenerationStream& s) {
 class FailingRunner final : public ModelRunner {
  public:
   explicit FailingRunner(ModelRunner& inner) : inner_(inner) {}
-  Result<std::vector<TokenId>> forward(std::span<const ForwardItem> batch) override {
+  Result<std::vector<ForwardResult>> forward(std::span<const ForwardItem> batch) override {
     if (fail_.exchange(false)) return internal_error("injected model failure");
     return inner_.forward(batch);
   }

@@ -11,20 +11,33 @@ double CpuModelRunner::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-Result<std::vector<TokenId>> CpuModelRunner::forward(std::span<const ForwardItem> batch) {
-  std::vector<TokenId> next;
-  next.reserve(batch.size());
+Result<std::vector<ForwardResult>> CpuModelRunner::forward(std::span<const ForwardItem> batch) {
+  std::vector<ForwardResult> results;
+  results.reserve(batch.size());
+  const auto vocab = static_cast<size_t>(shape_.vocab_size);
   for (const ForwardItem& item : batch) {
     if (item.load && !engine_) return failed_precondition("forward: a restore without a transfer engine");
+    if (item.prompt_logprobs && item.first_new != 0)
+      return failed_precondition("forward: prompt log-probabilities need the whole prompt computed");
     const BeforeAttention wait_for_restore = [&](int layer) -> Status {
       return item.load ? engine_->wait_layer(*item.load, layer) : Status::ok();
     };
     HIQ_ASSIGN_OR_RETURN(std::vector<float> logits,
                          cpu_forward(shape_, weights_, l1_, item.tokens, item.slots, item.first_new,
-                                     /*all_logits=*/false, wait_for_restore));
-    next.push_back(item.sampling != nullptr ? sample_token(logits, *item.sampling, *item.rng) : argmax_token(logits));
+                                     /*all_logits=*/item.prompt_logprobs, wait_for_restore));
+    // With all_logits, row i holds the logits after tokens[first_new + i].
+    const std::span<const float> rows(logits);
+    const std::span<const float> last = rows.last(vocab);
+    ForwardResult r;
+    r.next = item.sampling != nullptr ? sample_token(last, *item.sampling, *item.rng) : argmax_token(last);
+    if (item.logprobs >= 0) r.logprobs = token_logprobs(last, r.next, item.logprobs);
+    if (item.prompt_logprobs)
+      for (size_t i = 1; i < item.tokens.size(); ++i)
+        r.prompt_logprobs.push_back(
+            token_logprobs(rows.subspan((i - 1) * vocab, vocab), item.tokens[i], std::max(0, item.logprobs)));
+    results.push_back(std::move(r));
   }
-  return next;
+  return results;
 }
 
 }  // namespace hiq

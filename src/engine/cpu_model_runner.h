@@ -21,7 +21,7 @@ class CpuModelRunner final : public ModelRunner {
   // `engine` (null without L2) must outlive the runner.
   CpuModelRunner(const ModelShape& shape, const CpuModelWeights& weights, DeviceKvPool& l1, TransferEngine* engine);
 
-  Result<std::vector<TokenId>> forward(std::span<const ForwardItem> batch) override;
+  Result<std::vector<ForwardResult>> forward(std::span<const ForwardItem> batch) override;
   double now() const override;
   void advance_to(double) override {}  // the wall clock cannot be moved
 

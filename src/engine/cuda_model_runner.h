@@ -24,11 +24,13 @@ class CudaModelRunner final : public ModelRunner {
   // the runner.
   CudaModelRunner(CudaModel& model, DeviceKvPool& l1, CudaTransferEngine* engine);
 
-  Result<std::vector<TokenId>> forward(std::span<const ForwardItem> batch) override;
+  Result<std::vector<ForwardResult>> forward(std::span<const ForwardItem> batch) override;
   double now() const override;
   void advance_to(double) override {}  // the wall clock cannot be moved
 
  private:
+  Result<std::vector<ForwardResult>> run_pass(std::span<const ForwardItem> batch);
+
   CudaModel& model_;
   DeviceKvPool& l1_;
   CudaTransferEngine* engine_;

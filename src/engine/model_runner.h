@@ -31,15 +31,31 @@ struct ForwardItem {
   // from `rng` (the request's own stream); the simulator ignores both.
   const SamplingParams* sampling = nullptr;
   std::mt19937_64* rng = nullptr;
+  // -1: no log-probabilities; k ≥ 0: the chosen next token's, with the k most
+  // likely alternatives (k ≤ kMaxTopLogprobs).
+  int logprobs = -1;
+  // Also every prompt token's log-probability given the tokens before it
+  // (with `logprobs` alternatives, at least 0): needs first_new == 0, since
+  // the logits of cached positions are never computed.
+  bool prompt_logprobs = false;
+};
+
+// What a forward pass gives back for one item.
+struct ForwardResult {
+  TokenId next = 0;                            // the next token, as the item's sampling chose it
+  std::optional<TokenLogprobs> logprobs;       // of `next`, when the item asked (logprobs ≥ 0)
+  std::vector<TokenLogprobs> prompt_logprobs;  // of tokens[1..], when the item asked (prompt_logprobs)
 };
 
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
-  // Computes the KV of every item's new tokens into their slots and returns
-  // each item's next token (as its sampling parameters choose it). A failed restore (the load ticket's error) or a
-  // failed self-check is returned as an error: the scheduler recomputes.
-  virtual Result<std::vector<TokenId>> forward(std::span<const ForwardItem> batch) = 0;
+  // Computes the KV of every item's new tokens into their slots and returns,
+  // per item, the next token (as its sampling parameters choose it) and the
+  // log-probabilities it asked for. A runner without logits (the simulator)
+  // leaves them out. A failed restore (the load ticket's error) or a failed
+  // self-check is returned as an error: the scheduler recomputes.
+  virtual Result<std::vector<ForwardResult>> forward(std::span<const ForwardItem> batch) = 0;
   // The runner's clock, in seconds: virtual for the simulator, wall for a model.
   virtual double now() const = 0;
   // Advances the clock to `t` if it is behind (idle time between arrivals).

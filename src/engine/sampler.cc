@@ -67,4 +67,37 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, std
   return order[keep - 1];
 }
 
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top_n) {
+  // log p(i) = logit(i) − log Σ exp(logit(j)), in double, shifted by the max.
+  double top = -INFINITY;
+  for (float l : logits)
+    if (l > top) top = l;
+  double sum = 0;
+  if (std::isfinite(top))
+    for (float l : logits)
+      if (!std::isnan(l)) sum += std::exp(static_cast<double>(l) - top);
+  const double log_total = std::isfinite(top) ? top + std::log(sum) : INFINITY;
+  const auto logprob = [&](int32_t id) -> float {
+    if (id < 0 || static_cast<size_t>(id) >= logits.size()) return -INFINITY;
+    const float l = logits[static_cast<size_t>(id)];
+    return std::isnan(l) || !std::isfinite(log_total) ? -INFINITY : static_cast<float>(l - log_total);
+  };
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = logprob(token);
+  const size_t k = std::min(logits.size(), static_cast<size_t>(std::clamp(top_n, 0, kMaxTopLogprobs)));
+  if (k == 0) return out;
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto by_logit = [&](int32_t a, int32_t b) {
+    const float x = logits[static_cast<size_t>(a)], y = logits[static_cast<size_t>(b)];
+    if (std::isnan(x) || std::isnan(y)) return !std::isnan(x) || (std::isnan(y) && a < b);
+    return x > y || (x == y && a < b);
+  };
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(), by_logit);
+  out.top.reserve(k);
+  for (size_t i = 0; i < k; ++i) out.top.emplace_back(order[i], logprob(order[i]));
+  return out;
+}
+
 }  // namespace hiq

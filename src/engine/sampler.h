@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -27,5 +29,25 @@ int32_t argmax_token(std::span<const float> logits);
 
 // The next token under `params`, drawing from `rng` unless greedy.
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params, std::mt19937_64& rng);
+
+// The most alternatives a caller may ask for at one position (vLLM's and
+// OpenAI's limit for chat's top_logprobs).
+inline constexpr int kMaxTopLogprobs = 20;
+
+// What the model thought of one position: the log-probability of the token
+// that stands there (sampled, or given in a prompt) and of the most likely
+// tokens. Log-probabilities are of the model's own distribution — the log
+// softmax of the raw logits, before temperature, top-k or top-p — as vLLM and
+// SGLang report them by default.
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first; ties: the lower id first
+};
+
+// The log-probabilities of `token` and of the `top_n` most likely tokens
+// (0 ≤ top_n ≤ kMaxTopLogprobs) under `logits`. NaN logits count as -inf; a
+// row with no finite logit gives -inf for every token.
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top_n);
 
 }  // namespace hiq

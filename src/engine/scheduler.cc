@@ -69,13 +69,20 @@ void Scheduler::release(Active& a) {
 
 // At most every token but the last comes from the cache: the last is always
 // computed, for the logits of the first output token.
-size_t Scheduler::usable_prefix(const std::vector<TokenId>& prompt) const {
-  return (prompt.size() - 1) / cache_.page_size() * cache_.page_size();
+// A request that wants its prompt's log-probabilities uses none.
+size_t Scheduler::usable_prefix(const Request& request) const {
+  if (request.prompt_logprobs) return 0;
+  return (request.prompt.size() - 1) / cache_.page_size() * cache_.page_size();
+}
+
+void Scheduler::emit(Active& a, ForwardResult& result) {
+  a.result.output.push_back(result.next);
+  new_tokens_.push_back({a.request.id, result.next, std::move(result.logprobs), std::move(result.prompt_logprobs)});
 }
 
 Scheduler::Admission Scheduler::admit(Active& a) {
   const std::vector<TokenId>& prompt = a.request.prompt;
-  const size_t usable = usable_prefix(prompt);
+  const size_t usable = usable_prefix(a.request);
   // Match only what may be used, so that a prompt cached whole — in L2 too —
   // still has its usable part restored rather than recomputed.
   PrefixMatch m = cache_.match_prefix(std::span(prompt).first(usable));
@@ -124,7 +131,8 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
     a->slots.insert(a->slots.end(), a->reserved.begin(), a->reserved.begin() + static_cast<std::ptrdiff_t>(fresh));
     a->reserved.erase(a->reserved.begin(), a->reserved.begin() + static_cast<std::ptrdiff_t>(fresh));
     items.push_back({a->tokens, a->slots, a->cached, a->restored_begin, a->restored_end, a->load,
-                     /*decode=*/false, sampling_of(a->request), &a->rng});
+                     /*decode=*/false, sampling_of(a->request), &a->rng, a->request.logprobs,
+                     a->request.prompt_logprobs});
   }
   const double start = runner_.now();
   auto next = runner_.forward(items);
@@ -163,8 +171,7 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
     a.result.first_token = now;
     ++stats_.admitted;
     stats_.queue_seconds += start - a.result.arrival;
-    a.result.output.push_back((*next)[i]);
-    new_tokens_.emplace_back(a.request.id, (*next)[i]);
+    emit(a, (*next)[i]);
     // The tree takes the prompt's whole pages; from now on read them through it.
     RadixNode* node = cache_.insert(a.tokens, a.slots);
     a.lock = cache_.lock(node);
@@ -183,7 +190,7 @@ Status Scheduler::decode() {
     a->slots.push_back(a->reserved.front());
     a->reserved.erase(a->reserved.begin());
     items.push_back({a->tokens, a->slots, a->tokens.size() - 1, 0, 0, std::nullopt, /*decode=*/true,
-                     sampling_of(a->request), &a->rng});
+                     sampling_of(a->request), &a->rng, a->request.logprobs, /*prompt_logprobs=*/false});
   }
   const double start = runner_.now();
   auto next = runner_.forward(items);
@@ -204,8 +211,7 @@ Status Scheduler::decode() {
     return Status::ok();
   }
   for (size_t i = 0; i < running_.size(); ++i) {
-    running_[i]->result.output.push_back((*next)[i]);
-    new_tokens_.emplace_back(running_[i]->request.id, (*next)[i]);
+    emit(*running_[i], (*next)[i]);
   }
   return Status::ok();
 }
@@ -265,7 +271,7 @@ Result<bool> Scheduler::step() {
     Active& a = **it;
     if (!batch.empty()) {  // the first request is always admitted; the others must fit beside it
       const std::vector<TokenId>& prompt = a.request.prompt;
-      const size_t cached = cache_.cached_prefix_tokens(std::span(prompt).first(usable_prefix(prompt)));
+      const size_t cached = cache_.cached_prefix_tokens(std::span(prompt).first(usable_prefix(a.request)));
       if (prompt.size() - cached > budget) break;
       if (options_.in_batch_prefix_tokens > 0 && computes_prefix_of_batch(a, cached)) {
         ++it;  // deferred to the next step
@@ -313,6 +319,6 @@ Result<bool> Scheduler::step() {
 
 std::vector<RequestResult> Scheduler::take_finished() { return std::exchange(finished_, {}); }
 
-std::vector<std::pair<uint64_t, TokenId>> Scheduler::take_new_tokens() { return std::exchange(new_tokens_, {}); }
+std::vector<GeneratedToken> Scheduler::take_new_tokens() { return std::exchange(new_tokens_, {}); }
 
 }  // namespace hiq

@@ -57,6 +57,14 @@ struct RequestResult {
   double ttft() const { return first_token - arrival; }
 };
 
+// One generated token, as take_new_tokens() hands it out.
+struct GeneratedToken {
+  uint64_t request = 0;
+  TokenId token = 0;
+  std::optional<TokenLogprobs> logprobs;       // when the request asked (Request::logprobs ≥ 0)
+  std::vector<TokenLogprobs> prompt_logprobs;  // with a request's first token, when it asked (Request::prompt_logprobs)
+};
+
 // What the scheduler has done so far, cumulative. TTFT splits into queueing
 // (arrival → admission) and the prefill step itself; a long queue with short
 // steps means admission was blocked, which `admission_waits` counts.
@@ -84,8 +92,9 @@ class Scheduler {
   // is a bug that must stop the run (e.g. the simulated model read wrong KV).
   Result<bool> step();
   std::vector<RequestResult> take_finished();
-  // The tokens generated since the last call, in order: (request id, token).
-  std::vector<std::pair<uint64_t, TokenId>> take_new_tokens();
+  // The tokens generated since the last call, in order, with the
+  // log-probabilities their requests asked for.
+  std::vector<GeneratedToken> take_new_tokens();
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }
   const SchedulerStats& stats() const { return stats_; }
@@ -94,7 +103,8 @@ class Scheduler {
   struct Active;
   enum class Admission { kAdmitted, kWait, kRejected };
   Admission admit(Active& a);
-  size_t usable_prefix(const std::vector<TokenId>& prompt) const;
+  size_t usable_prefix(const Request& request) const;
+  void emit(Active& a, ForwardResult& result);
   Status prefill(std::vector<std::unique_ptr<Active>>& batch);
   Status decode();
   void finish(Active& a, FinishReason reason);
@@ -109,7 +119,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Active>> waiting_;
   std::vector<std::unique_ptr<Active>> running_;
   std::vector<RequestResult> finished_;
-  std::vector<std::pair<uint64_t, TokenId>> new_tokens_;
+  std::vector<GeneratedToken> new_tokens_;
   SchedulerStats stats_;
 };
 

@@ -53,18 +53,32 @@ void ServingEngine::stop() {
 }
 
 Result<std::shared_ptr<GenerationStream>> ServingEngine::submit(Request request) {
-  if (request.prompt.empty()) return invalid_argument("the prompt is empty");
-  if (request.max_new_tokens < 1) return invalid_argument("max_tokens must be at least 1");
-  HIQ_RETURN_IF_ERROR(request.sampling.validate());
+  std::vector<Request> one;
+  one.push_back(std::move(request));
+  return submit(std::move(one));
+}
+
+Result<std::shared_ptr<GenerationStream>> ServingEngine::submit(std::vector<Request> choices) {
+  if (choices.empty()) return invalid_argument("no request to submit");
+  for (const Request& request : choices) {
+    if (request.prompt.empty()) return invalid_argument("the prompt is empty");
+    if (request.max_new_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+    if (request.logprobs < -1 || request.logprobs > kMaxTopLogprobs)
+      return invalid_argument("logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
+    HIQ_RETURN_IF_ERROR(request.sampling.validate());
+  }
   std::shared_ptr<GenerationStream> stream;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return unavailable("the server is shutting down");
-    request.id = next_id_++;
-    stream = std::make_shared<GenerationStream>(request.id);
-    streams_.emplace(request.id, stream);
-    ++stats_.submitted;
-    submissions_.push_back(std::move(request));
+    std::vector<uint64_t> ids;
+    for (Request& request : choices) ids.push_back(request.id = next_id_++);
+    stream = std::make_shared<GenerationStream>(std::move(ids));
+    for (size_t i = 0; i < choices.size(); ++i) {
+      streams_.emplace(choices[i].id, Reader{stream, i});
+      ++stats_.submitted;
+      submissions_.push_back(std::move(choices[i]));
+    }
   }
   wake_.notify_all();
   return stream;
@@ -74,6 +88,14 @@ void ServingEngine::cancel(uint64_t id) {
   {
     std::lock_guard lock(mutex_);
     cancellations_.push_back(id);
+  }
+  wake_.notify_all();
+}
+
+void ServingEngine::cancel(const GenerationStream& stream) {
+  {
+    std::lock_guard lock(mutex_);
+    cancellations_.insert(cancellations_.end(), stream.ids().begin(), stream.ids().end());
   }
   wake_.notify_all();
 }
@@ -96,13 +118,19 @@ ServingStats ServingEngine::stats() const {
 // Hands the tokens and finished requests of the last step to their streams,
 // and refreshes the stats. Engine thread only.
 void ServingEngine::dispatch() {
-  const auto tokens = scheduler_.take_new_tokens();
+  std::vector<GeneratedToken> tokens = scheduler_.take_new_tokens();
   std::vector<RequestResult> finished = scheduler_.take_finished();
   std::lock_guard lock(mutex_);
-  for (const auto& [id, token] : tokens) {
-    const auto it = streams_.find(id);
-    if (it != streams_.end()) it->second->push({GenerationEvent::Kind::kToken, token, {}});
+  for (GeneratedToken& t : tokens) {
     ++stats_.generated_tokens;
+    const auto it = streams_.find(t.request);
+    if (it == streams_.end()) continue;
+    GenerationEvent event;
+    event.choice = it->second.choice;
+    event.token = t.token;
+    event.logprobs = std::move(t.logprobs);
+    event.prompt_logprobs = std::move(t.prompt_logprobs);
+    it->second.stream->push(std::move(event));
   }
   for (RequestResult& r : finished) {
     ++stats_.finished;
@@ -113,7 +141,11 @@ void ServingEngine::dispatch() {
     stats_.cached_l2_tokens += r.cached_l2_tokens;
     const auto it = streams_.find(r.id);
     if (it == streams_.end()) continue;
-    it->second->push({GenerationEvent::Kind::kFinished, 0, std::move(r)});
+    GenerationEvent event;
+    event.kind = GenerationEvent::Kind::kFinished;
+    event.choice = it->second.choice;
+    event.result = std::move(r);
+    it->second.stream->push(std::move(event));
     streams_.erase(it);
   }
   stats_.cache = cache_.stats();
@@ -147,7 +179,7 @@ void ServingEngine::loop() {
       std::vector<uint64_t> ids;
       {
         std::lock_guard lock(mutex_);
-        for (const auto& [id, stream] : streams_) ids.push_back(id);
+        for (const auto& [id, reader] : streams_) ids.push_back(id);
       }
       for (uint64_t id : ids) (void)scheduler_.cancel(id);
       while (scheduler_.running() > 0 || scheduler_.waiting() > 0) {
@@ -158,11 +190,13 @@ void ServingEngine::loop() {
       cache_.drain_transfers();
       std::lock_guard lock(mutex_);
       if (flush) flush_result_ = unavailable("the server is shutting down");
-      for (auto& [id, stream] : streams_) {  // anything the scheduler could not finish
-        RequestResult r;
-        r.id = id;
-        r.finish_reason = FinishReason::kCancelled;
-        stream->push({GenerationEvent::Kind::kFinished, 0, std::move(r)});
+      for (auto& [id, reader] : streams_) {  // anything the scheduler could not finish
+        GenerationEvent event;
+        event.kind = GenerationEvent::Kind::kFinished;
+        event.choice = reader.choice;
+        event.result.id = id;
+        event.result.finish_reason = FinishReason::kCancelled;
+        reader.stream->push(std::move(event));
       }
       streams_.clear();
       flushed_.notify_all();
@@ -176,7 +210,7 @@ void ServingEngine::loop() {
         std::vector<uint64_t> ids;
         {
           std::lock_guard lock(mutex_);
-          for (const auto& [id, stream] : streams_) ids.push_back(id);
+          for (const auto& [id, reader] : streams_) ids.push_back(id);
         }
         for (uint64_t id : ids) (void)scheduler_.cancel(id);
       }

@@ -36,16 +36,23 @@ namespace hiq {
 struct GenerationEvent {
   enum class Kind : uint8_t { kToken, kFinished };
   Kind kind = Kind::kToken;
-  TokenId token = 0;       // kToken: the next generated token
+  size_t choice = 0;       // which of the stream's requests, in submission order
+  TokenId token = 0;       // kToken: the choice's next generated token
+  std::optional<TokenLogprobs> logprobs;       // kToken: when the request asked for them
+  std::vector<TokenLogprobs> prompt_logprobs;  // a choice's first kToken: when the request asked for them
   RequestResult result;    // kFinished: the whole request
 };
 
-// One request's events, in order. Filled by the engine thread, read by one
-// reader thread.
+// The events of one or more requests submitted together (the n choices of
+// one API call), in order for each. Filled by the engine thread, read by one
+// reader thread. Each choice ends with its own kFinished event.
 class GenerationStream {
  public:
-  explicit GenerationStream(uint64_t id) : id_(id) {}
-  uint64_t id() const { return id_; }
+  explicit GenerationStream(std::vector<uint64_t> ids) : ids_(std::move(ids)) {}
+  // The request id of the first choice, and of every choice.
+  uint64_t id() const { return ids_.front(); }
+  const std::vector<uint64_t>& ids() const { return ids_; }
+  size_t choices() const { return ids_.size(); }
   // The next event, waiting up to `timeout`; nullopt when none came.
   std::optional<GenerationEvent> next(std::chrono::milliseconds timeout);
 
@@ -53,7 +60,7 @@ class GenerationStream {
   friend class ServingEngine;
   void push(GenerationEvent event);
 
-  const uint64_t id_;
+  const std::vector<uint64_t> ids_;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<GenerationEvent> events_;
@@ -83,10 +90,16 @@ class ServingEngine {
 
   // Queues `request` (its id is assigned here) and returns its stream.
   // Errors: an empty prompt or max_new_tokens < 1 (kInvalidArgument), bad
-  // sampling parameters, or an engine that is stopping (kUnavailable).
+  // sampling parameters or logprobs, or an engine that is stopping
+  // (kUnavailable).
   Result<std::shared_ptr<GenerationStream>> submit(Request request);
+  // Queues several requests (at least one) whose events share one stream;
+  // all or none are queued.
+  Result<std::shared_ptr<GenerationStream>> submit(std::vector<Request> choices);
   // Ends request `id` if it is still queued or running (see above).
   void cancel(uint64_t id);
+  // Ends every request of `stream`.
+  void cancel(const GenerationStream& stream);
   // Empties the cache's L1 and L2 (SGLang's /flush_cache) once nothing runs;
   // kFailedPrecondition while requests are queued or running.
   Status flush_cache();
@@ -114,7 +127,11 @@ class ServingEngine {
   std::condition_variable flushed_;
   bool stopping_ = false;
   uint64_t next_id_ = 1;
-  std::unordered_map<uint64_t, std::shared_ptr<GenerationStream>> streams_;
+  struct Reader {
+    std::shared_ptr<GenerationStream> stream;
+    size_t choice = 0;
+  };
+  std::unordered_map<uint64_t, Reader> streams_;  // request id → its stream
   ServingStats stats_;
   std::thread thread_;
 };

@@ -138,10 +138,10 @@ Status SimRunner::write(std::span<const SlotId> slots, std::span<const uint64_t>
   return Status::ok();
 }
 
-Result<std::vector<TokenId>> SimRunner::forward(std::span<const ForwardItem> batch) {
+Result<std::vector<ForwardResult>> SimRunner::forward(std::span<const ForwardItem> batch) {
   ++stats_.forward_calls;
   const KvGeometry& g = l1_.geometry();
-  std::vector<TokenId> next;
+  std::vector<ForwardResult> next;
   size_t new_tokens = 0, restored_bytes = 0, restored_bf16_bytes = 0;
   bool prefill = false;
   for (const ForwardItem& item : batch) {
@@ -174,7 +174,7 @@ Result<std::vector<TokenId>> SimRunner::forward(std::span<const ForwardItem> bat
     new_tokens += computed;
     prefill |= !item.decode;
     stats_.computed_tokens += computed;
-    next.push_back(static_cast<TokenId>(mix(h) % static_cast<uint64_t>(options_.vocab_size)));
+    next.push_back({static_cast<TokenId>(mix(h) % static_cast<uint64_t>(options_.vocab_size)), std::nullopt, {}});
   }
   if (!prefill) ++decode_steps_;
   // Virtual time: compute and restore overlap layer by layer.

@@ -73,7 +73,7 @@ class SimRunner final : public ModelRunner {
   // `l2` may be null (no host tier): then no slot can hold restored KV.
   SimRunner(DeviceKvPool& l1, const HostKvPool* l2, TransferEngine* engine, SimRunnerOptions options = {});
 
-  Result<std::vector<TokenId>> forward(std::span<const ForwardItem> batch) override;
+  Result<std::vector<ForwardResult>> forward(std::span<const ForwardItem> batch) override;
   double now() const override { return clock_; }
   void advance_to(double t) override { clock_ = std::max(clock_, t); }
   const SimRunnerStats& stats() const { return stats_; }

@@ -28,6 +28,11 @@ struct Request {
   int group = -1;  // the shared-prefix group, for reports; -1 when none
   SamplingParams sampling;               // greedy by default
   std::vector<TokenId> stop_token_ids;   // generating one of these ends the request (it is kept in the output)
+  int logprobs = -1;                     // -1: none; k ≥ 0: each output token's log-probability and k alternatives
+  // Every prompt token's log-probability too (OpenAI's echo with logprobs).
+  // Such a request computes its whole prompt: the logits of a cached prefix
+  // were never computed, so it reuses no cached KV (it still inserts its own).
+  bool prompt_logprobs = false;
 };
 
 struct SharedPrefixWorkload {

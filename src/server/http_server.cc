@@ -28,13 +28,18 @@ using namespace std::chrono_literals;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// A request ready for the engine, with what the response needs.
+// A request ready for the engine — one engine request per choice, all with
+// the same prompt — with what the response needs.
 struct Job {
-  Request request;
+  std::vector<Request> choices;
   openai::GenerationParams params;
   std::string model;
   bool chat = false;
   bool token_mode = false;  // return token_ids (token-id prompt, or no tokenizer)
+  bool echo = false;        // completions: the prompt comes first in each choice
+  std::string echo_text;    // the prompt as text, for echo
+
+  const std::vector<int32_t>& prompt() const { return choices.front().prompt; }
 };
 
 void write_error(httplib::Response& res, const openai::ProtocolError& error) {
@@ -57,6 +62,9 @@ struct HttpServer::Impl {
   std::mutex id_mutex;
   std::mt19937_64 seeds{std::random_device{}()};  // for requests without a seed
   uint64_t next_response = 1;
+  const int64_t started_at = std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
 
   MetricsRegistry registry;
   Family<Counter>* http_requests = nullptr;
@@ -182,72 +190,107 @@ struct HttpServer::Impl {
     return std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_response++);
   }
 
-  // The engine request of a parsed body, or the error to send.
+  // The text of a chat request through the model's template.
+  Result<std::string> render_chat(const openai::ChatRequest& r) const {
+    const ChatTemplate* chat_template = stack.model().chat_template();
+    if (stack.tokenizer() == nullptr)
+      return invalid_argument("parameter 'messages': this model has no tokenizer.json, so it takes token ids on "
+                              "/v1/completions only");
+    if (chat_template == nullptr)
+      return invalid_argument("parameter 'messages': this model has no chat template (no chat_template in "
+                              "tokenizer_config.json, no chat_template.jinja); start the server with "
+                              "--chat-template FILE");
+    Result<std::string> text = chat_template->render(r.messages, r.add_generation_prompt, r.chat_template_kwargs);
+    if (!text.is_ok() && text.status().code() == StatusCode::kInvalidArgument)
+      return invalid_argument("parameter 'messages': the chat template refused them: " + text.status().message());
+    return text;
+  }
+
+  // The ids of a text prompt, with what the tokenizer adds before it.
+  Result<std::vector<int32_t>> encode_prompt(std::string_view text, bool add_special_tokens) const {
+    HIQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, stack.tokenizer()->encode(text, /*parse_special=*/true));
+    if (add_special_tokens) {
+      const std::vector<int32_t>& prefix = stack.model().prompt_prefix();
+      ids.insert(ids.begin(), prefix.begin(), prefix.end());
+    }
+    return ids;
+  }
+
+  // The engine requests of a parsed body, or the error to send.
   Result<Job> prepare(const std::string& body, bool chat) {
     Job job;
     job.chat = chat;
     const Tokenizer* tokenizer = stack.tokenizer();
+    Request request;
     if (chat) {
       HIQ_ASSIGN_OR_RETURN(openai::ChatRequest r, openai::parse_chat_request(body, options.limits));
       job.model = r.model;
       job.params = r.params;
-      if (tokenizer == nullptr)
-        return invalid_argument("parameter 'messages': this model has no tokenizer.json, so it takes token ids on "
-                                "/v1/completions only");
-      if (!tokenizer->token_id("<|im_start|>") || !tokenizer->token_id("<|im_end|>"))
-        return invalid_argument("parameter 'messages': this model's tokenizer has no ChatML tokens (<|im_start|>, "
-                                "<|im_end|>), so it has no chat template");
-      std::vector<ChatMessage> messages;
-      for (const openai::ChatMessage& m : r.messages) {
-        HIQ_ASSIGN_OR_RETURN(const ChatRole role, parse_chat_role(m.role == "developer" ? "system" : m.role));
-        messages.push_back({role, m.content});
-      }
-      HIQ_ASSIGN_OR_RETURN(job.request.prompt, tokenizer->encode(apply_chatml(messages, true), /*parse_special=*/true));
-      job.request.stop_token_ids.push_back(*tokenizer->token_id("<|im_end|>"));
+      HIQ_ASSIGN_OR_RETURN(const std::string text, render_chat(r));
+      HIQ_ASSIGN_OR_RETURN(request.prompt, tokenizer->encode(text, /*parse_special=*/true));
+      if (const auto im_end = tokenizer->token_id("<|im_end|>")) request.stop_token_ids.push_back(*im_end);
     } else {
       HIQ_ASSIGN_OR_RETURN(openai::CompletionRequest r, openai::parse_completion_request(body, options.limits));
       job.model = r.model;
       job.params = r.params;
+      job.echo = r.echo;
       if (r.prompt_is_tokens()) {
-        job.request.prompt = r.prompt_token_ids;
+        request.prompt = r.prompt_token_ids;
         job.token_mode = true;
+        if (r.echo && tokenizer != nullptr) job.echo_text = tokenizer->decode(request.prompt, /*skip_special=*/false);
       } else {
         if (tokenizer == nullptr)
           return invalid_argument("parameter 'prompt': this model has no tokenizer.json; send token ids");
-        HIQ_ASSIGN_OR_RETURN(job.request.prompt, tokenizer->encode(r.prompt_text, /*parse_special=*/true));
+        HIQ_ASSIGN_OR_RETURN(request.prompt, encode_prompt(r.prompt_text, r.add_special_tokens));
+        job.echo_text = r.prompt_text;
       }
+      request.prompt_logprobs = r.echo && r.params.logprobs >= 0;
     }
     if (tokenizer == nullptr) job.token_mode = true;
-    if (job.request.prompt.empty()) return invalid_argument("parameter 'prompt': the prompt has no tokens");
+    if (request.prompt.empty()) return invalid_argument("parameter 'prompt': the prompt has no tokens");
     const size_t context = stack.context_tokens();
-    if (job.request.prompt.size() >= context)
-      return invalid_argument("parameter 'prompt': " + std::to_string(job.request.prompt.size()) +
+    if (request.prompt.size() >= context)
+      return invalid_argument("parameter 'prompt': " + std::to_string(request.prompt.size()) +
                               " tokens leave no room to generate in a context of " + std::to_string(context));
-    if (static_cast<int>(job.request.prompt.size()) > options.limits.max_prompt_tokens)
-      return out_of_range("parameter 'prompt': " + std::to_string(job.request.prompt.size()) +
+    if (static_cast<int>(request.prompt.size()) > options.limits.max_prompt_tokens)
+      return out_of_range("parameter 'prompt': " + std::to_string(request.prompt.size()) +
                           " tokens, more than the limit of " + std::to_string(options.limits.max_prompt_tokens));
-    job.request.max_new_tokens =
-        static_cast<int>(std::min<size_t>(static_cast<size_t>(job.params.max_tokens), context - job.request.prompt.size()));
-    job.request.sampling.temperature = static_cast<float>(job.params.temperature);
-    job.request.sampling.top_p = static_cast<float>(job.params.top_p);
-    job.request.sampling.top_k = job.params.top_k;
+    request.max_new_tokens =
+        static_cast<int>(std::min<size_t>(static_cast<size_t>(job.params.max_tokens), context - request.prompt.size()));
+    // What the request leaves out comes from generation_config.json, then OpenAI's defaults.
+    const GenerationConfig& defaults = stack.model().generation_config();
+    request.sampling.temperature = static_cast<float>(job.params.temperature.value_or(defaults.temperature.value_or(1.0)));
+    request.sampling.top_p = static_cast<float>(job.params.top_p.value_or(defaults.top_p.value_or(1.0)));
+    request.sampling.top_k = job.params.top_k.value_or(defaults.top_k.value_or(-1));
+    request.logprobs = job.params.logprobs;
+    for (int32_t id : job.params.stop_token_ids) request.stop_token_ids.push_back(id);
+    if (!job.params.ignore_eos)
+      for (int32_t id : stack.eos_token_ids()) request.stop_token_ids.push_back(id);
+    uint64_t seed = 0;
     {
       std::lock_guard lock(id_mutex);
-      job.request.sampling.seed = job.params.seed ? *job.params.seed : seeds();
+      seed = job.params.seed ? *job.params.seed : seeds();
     }
-    for (int32_t id : job.params.stop_token_ids) job.request.stop_token_ids.push_back(id);
-    if (!job.params.ignore_eos)
-      for (int32_t id : stack.eos_token_ids()) job.request.stop_token_ids.push_back(id);
+    // Each choice draws from its own stream: the same seed gives the same n choices.
+    for (int i = 0; i < job.params.n; ++i) {
+      job.choices.push_back(request);
+      job.choices.back().sampling.seed = seed + static_cast<uint64_t>(i);
+    }
     return job;
   }
 
-  // What one request's reader keeps: text so far (past stop strings), ids, timing.
+  // What one choice's reader keeps: text so far (past stop strings), ids,
+  // log-probabilities, timing.
   struct Reader {
     const Tokenizer* tokenizer;
     std::optional<StreamDecoder> decoder;
     StopMatcher stops;
     std::vector<int32_t> ids;
+    std::vector<openai::LogprobEntry> logprobs;  // of the generated tokens, when asked
+    std::vector<openai::LogprobEntry> prompt_logprobs;  // with echo and logprobs
     bool stopped_by_string = false;
+    bool finished = false;
+    RequestResult result;
     Clock::time_point start = Clock::now(), last_token;
     bool first = true;
 
@@ -269,7 +312,36 @@ struct HttpServer::Impl {
       const StopMatcher::Step step = stops.feed(decoder->flush());
       return step.text + (step.stopped ? std::string() : stops.finish());
     }
+    // How a token shows in log-probabilities: its bytes, or "token_id:N"
+    // (vLLM's form) without a tokenizer.
+    std::string token_text(int32_t id) const {
+      if (tokenizer == nullptr) return "token_id:" + std::to_string(id);
+      return std::string(tokenizer->token_bytes(id));
+    }
+    openai::LogprobEntry entry(const TokenLogprobs& l) const {
+      openai::LogprobEntry e;
+      e.chosen = {token_text(l.token), l.logprob};
+      for (const auto& [id, logprob] : l.top) e.top.push_back({token_text(id), logprob});
+      return e;
+    }
+    // The prompt's entries: its first token has no log-probability.
+    void set_prompt_logprobs(const std::vector<int32_t>& prompt, const std::vector<TokenLogprobs>& given) {
+      openai::LogprobEntry first;
+      first.chosen = {token_text(prompt.front()), 0};
+      first.has_logprob = false;
+      prompt_logprobs.push_back(std::move(first));
+      for (const TokenLogprobs& l : given) prompt_logprobs.push_back(entry(l));
+    }
+    openai::FinishReason finish_reason() const {
+      return stopped_by_string ? openai::FinishReason::kStop : finish_reason_of(result.finish_reason);
+    }
   };
+
+  std::vector<Reader> readers_for(const Job& job) const {
+    std::vector<Reader> readers;
+    for (size_t i = 0; i < job.choices.size(); ++i) readers.emplace_back(stack.tokenizer(), job.params.stop);
+    return readers;
+  }
 
   void observe_token(Reader& reader) {
     const auto now = Clock::now();
@@ -279,7 +351,8 @@ struct HttpServer::Impl {
     reader.last_token = now;
   }
 
-  void observe_finish(const Reader& reader, const RequestResult& result) {
+  void observe_finish(const Reader& reader) {
+    const RequestResult& result = reader.result;
     e2e->get().observe(seconds_since(reader.start));
     prompt_tokens->get().inc(static_cast<double>(result.prompt_tokens));
     generation_tokens->get().inc(static_cast<double>(reader.ids.size()));
@@ -290,20 +363,31 @@ struct HttpServer::Impl {
     requests_total->with({reason}).inc();
   }
 
-  openai::Usage usage_of(const RequestResult& r, const Reader& reader) {
+  // Usage of all choices: the prompt counted once (as OpenAI does), the
+  // completions summed, the cached tokens of the first choice (the others
+  // find the same prefix, and more of it once the first has run).
+  static openai::Usage usage_of(const std::vector<Reader>& readers) {
     openai::Usage u;
-    u.prompt_tokens = static_cast<int64_t>(r.prompt_tokens);
-    u.completion_tokens = static_cast<int64_t>(reader.ids.size());
-    u.cached_tokens_device = static_cast<int64_t>(r.cached_l1_tokens);
-    u.cached_tokens_host = static_cast<int64_t>(r.cached_l2_tokens);
+    const RequestResult& first = readers.front().result;
+    u.prompt_tokens = static_cast<int64_t>(first.prompt_tokens);
+    u.cached_tokens_device = static_cast<int64_t>(first.cached_l1_tokens);
+    u.cached_tokens_host = static_cast<int64_t>(first.cached_l2_tokens);
+    for (const Reader& r : readers) u.completion_tokens += static_cast<int64_t>(r.ids.size());
     return u;
+  }
+
+  // The first error among the choices, if one failed.
+  static std::optional<Status> failure(const std::vector<Reader>& readers) {
+    for (const Reader& r : readers)
+      if (r.result.finish_reason == FinishReason::kError) return r.result.status;
+    return std::nullopt;
   }
 
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     if (!authorized(req, res)) return;
     auto job = prepare(req.body, chat);
     if (!job) return write_status(res, job.status());
-    auto submitted = stack.engine().submit(job->request);
+    auto submitted = stack.engine().submit(job->choices);
     if (!submitted) return write_status(res, submitted.status());
     std::shared_ptr<GenerationStream> stream = *submitted;
     openai::ResponseMeta meta;
@@ -314,29 +398,47 @@ struct HttpServer::Impl {
                                             .count());
     if (job->params.stream) return stream_response(res, std::move(*job), stream, meta);
 
-    Reader reader(stack.tokenizer(), job->params.stop);
-    std::string text;
-    RequestResult result;
-    while (true) {
-      const auto event = stream->next(1s);
+    std::vector<Reader> readers = readers_for(*job);
+    std::vector<std::string> texts(readers.size());
+    size_t open = readers.size();
+    while (open > 0) {
+      auto event = stream->next(1s);
       if (!event) continue;  // a long generation: keep waiting (the engine always finishes it)
+      Reader& reader = readers[event->choice];
       if (event->kind == GenerationEvent::Kind::kFinished) {
-        result = event->result;
-        break;
+        reader.result = std::move(event->result);
+        reader.finished = true;
+        --open;
+        continue;
       }
       observe_token(reader);
-      text += reader.token(event->token);
-      if (reader.stopped_by_string) stack.engine().cancel(stream->id());
+      if (!event->prompt_logprobs.empty()) reader.set_prompt_logprobs(job->prompt(), event->prompt_logprobs);
+      const bool was_stopped = reader.stopped_by_string;
+      if (event->logprobs && !was_stopped) reader.logprobs.push_back(reader.entry(*event->logprobs));
+      texts[event->choice] += reader.token(event->token);
+      if (reader.stopped_by_string && !was_stopped) stack.engine().cancel(stream->ids()[event->choice]);
     }
-    text += reader.finish();
-    observe_finish(reader, result);
-    if (result.finish_reason == FinishReason::kError) return write_status(res, result.status);
-    openai::Choice choice;
-    choice.text = std::move(text);
-    choice.finish_reason = reader.stopped_by_string ? openai::FinishReason::kStop : finish_reason_of(result.finish_reason);
-    if (job->token_mode) choice.token_ids = reader.ids;
-    const openai::Usage usage = usage_of(result, reader);
-    res.set_content(chat ? openai::chat_response(meta, choice, usage) : openai::completion_response(meta, choice, usage),
+    for (size_t i = 0; i < readers.size(); ++i) {
+      texts[i] += readers[i].finish();
+      observe_finish(readers[i]);
+    }
+    if (const auto error = failure(readers)) return write_status(res, *error);
+    std::vector<openai::Choice> choices(readers.size());
+    for (size_t i = 0; i < readers.size(); ++i) {
+      Reader& reader = readers[i];
+      openai::Choice& choice = choices[i];
+      choice.index = i;
+      choice.text = job->echo ? job->echo_text + texts[i] : std::move(texts[i]);
+      choice.finish_reason = reader.finish_reason();
+      if (job->token_mode) choice.token_ids = reader.ids;
+      if (job->params.logprobs >= 0) {
+        std::vector<openai::LogprobEntry> entries = std::move(reader.prompt_logprobs);
+        entries.insert(entries.end(), reader.logprobs.begin(), reader.logprobs.end());
+        choice.logprobs = std::move(entries);
+      }
+    }
+    const openai::Usage usage = usage_of(readers);
+    res.set_content(chat ? openai::chat_response(meta, choices, usage) : openai::completion_response(meta, choices, usage),
                     "application/json");
   }
 
@@ -349,20 +451,21 @@ struct HttpServer::Impl {
       openai::StreamContext ctx;
       ctx.meta = meta;
       ctx.include_usage = j.params.include_usage;
-      Reader reader(stack.tokenizer(), j.params.stop);
+      std::vector<Reader> readers = readers_for(j);
       bool client_gone = false;
       const auto send = [&](const std::string& event) {
         if (!client_gone && !sink.write(event.data(), event.size())) client_gone = true;
         return !client_gone;
       };
       const auto cancel_if_gone = [&] {
-        if (client_gone) stack.engine().cancel(stream->id());
+        if (client_gone) stack.engine().cancel(*stream);
       };
-      if (j.chat) send(openai::chat_role_chunk(ctx));
-      RequestResult result;
+      if (j.chat)
+        for (size_t i = 0; i < readers.size(); ++i) send(openai::chat_role_chunk(ctx, i));
+      size_t open = readers.size();
       int unwritable_checks = 0;
-      while (true) {
-        const auto event = stream->next(100ms);
+      while (open > 0) {
+        auto event = stream->next(100ms);
         if (!event) {
           // A client that went away stays away, while one failed readiness
           // check may be transient (an interrupted poll): two in a row decide.
@@ -371,39 +474,91 @@ struct HttpServer::Impl {
           cancel_if_gone();
           continue;  // the engine finishes a cancelled request promptly
         }
+        const size_t index = event->choice;
+        Reader& reader = readers[index];
         if (event->kind == GenerationEvent::Kind::kFinished) {
-          result = event->result;
-          break;
+          reader.result = std::move(event->result);
+          reader.finished = true;
+          --open;
+          continue;
         }
+        const bool first = reader.first;
         observe_token(reader);
+        if (first && j.echo) {  // the prompt, before the first generated text
+          if (!event->prompt_logprobs.empty()) reader.set_prompt_logprobs(j.prompt(), event->prompt_logprobs);
+          const bool with_logprobs = j.params.logprobs >= 0;
+          send(openai::completion_chunk(ctx, j.echo_text, std::nullopt, nullptr,
+                                        {index, with_logprobs ? &reader.prompt_logprobs : nullptr}));
+        }
+        const bool was_stopped = reader.stopped_by_string;
         const std::string text = reader.token(event->token);
+        std::vector<openai::LogprobEntry> logprobs;
+        if (event->logprobs && !was_stopped) logprobs.push_back(reader.entry(*event->logprobs));
         const std::vector<int32_t> one = {event->token};
-        const std::vector<int32_t>* ids = j.token_mode && !reader.stopped_by_string ? &one : nullptr;
-        if (!text.empty() || ids != nullptr)
-          send(j.chat ? openai::chat_content_chunk(ctx, text, ids) : openai::completion_chunk(ctx, text, std::nullopt, ids));
-        if (reader.stopped_by_string) stack.engine().cancel(stream->id());
+        const std::vector<int32_t>* ids = j.token_mode && !was_stopped ? &one : nullptr;
+        const openai::ChunkExtras extras{index, event->logprobs && !was_stopped ? &logprobs : nullptr};
+        if (!text.empty() || ids != nullptr || extras.logprobs != nullptr)
+          send(j.chat ? openai::chat_content_chunk(ctx, text, ids, extras)
+                      : openai::completion_chunk(ctx, text, std::nullopt, ids, extras));
+        if (reader.stopped_by_string && !was_stopped) stack.engine().cancel(stream->ids()[index]);
         cancel_if_gone();
       }
-      observe_finish(reader, result);
+      for (const Reader& reader : readers) observe_finish(reader);
       if (client_gone) return false;
-      if (result.finish_reason == FinishReason::kError) {
-        send(openai::error_event(openai::protocol_error(result.status)));
+      if (const auto error = failure(readers)) {
+        send(openai::error_event(openai::protocol_error(*error)));
       } else {
-        const std::string tail = reader.finish();
-        const openai::FinishReason finish =
-            reader.stopped_by_string ? openai::FinishReason::kStop : finish_reason_of(result.finish_reason);
-        if (j.chat) {
-          if (!tail.empty()) send(openai::chat_content_chunk(ctx, tail));
-          send(openai::chat_finish_chunk(ctx, finish));
-        } else {
-          send(openai::completion_chunk(ctx, tail, finish));
+        for (size_t i = 0; i < readers.size(); ++i) {
+          Reader& reader = readers[i];
+          const std::string tail = reader.finish();
+          if (j.chat) {
+            if (!tail.empty()) send(openai::chat_content_chunk(ctx, tail, nullptr, {i, nullptr}));
+            send(openai::chat_finish_chunk(ctx, reader.finish_reason(), i));
+          } else {
+            send(openai::completion_chunk(ctx, tail, reader.finish_reason(), nullptr, {i, nullptr}));
+          }
         }
-        if (ctx.include_usage) send(openai::usage_chunk(ctx, j.chat, usage_of(result, reader)));
+        if (ctx.include_usage) send(openai::usage_chunk(ctx, j.chat, usage_of(readers)));
       }
       send(openai::done_event());
       sink.done();
       return true;
     });
+  }
+
+  // POST /tokenize: a text (with what the tokenizer adds before it) or a
+  // conversation through the chat template.
+  void tokenize(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto r = openai::parse_tokenize_request(req.body, options.limits);
+    if (!r) return write_status(res, r.status());
+    if (stack.tokenizer() == nullptr)
+      return write_status(res, invalid_argument("this model has no tokenizer.json: it takes and gives token ids only"));
+    Result<std::vector<int32_t>> ids = std::vector<int32_t>();
+    if (r->prompt) {
+      ids = encode_prompt(*r->prompt, r->add_special_tokens);
+    } else {
+      auto text = render_chat(*r->chat);
+      if (!text) return write_status(res, text.status());
+      ids = stack.tokenizer()->encode(*text, /*parse_special=*/true);
+    }
+    if (!ids) return write_status(res, ids.status());
+    std::vector<std::string> strs;
+    if (r->return_token_strs)
+      for (int32_t id : *ids) strs.push_back(stack.tokenizer()->id_to_token(id).value_or(""));
+    res.set_content(openai::tokenize_response(*ids, stack.context_tokens(), r->return_token_strs ? &strs : nullptr),
+                    "application/json");
+  }
+
+  // POST /detokenize: token ids back to text (special tokens kept, as vLLM's).
+  void detokenize(const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto r = openai::parse_detokenize_request(req.body, options.limits);
+    if (!r) return write_status(res, r.status());
+    if (stack.tokenizer() == nullptr)
+      return write_status(res, invalid_argument("this model has no tokenizer.json: it takes and gives token ids only"));
+    res.set_content(openai::detokenize_response(stack.tokenizer()->decode(r->tokens, /*skip_special=*/false)),
+                    "application/json");
   }
 
   void routes() {
@@ -437,7 +592,8 @@ struct HttpServer::Impl {
     server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
       // Only known routes become label values: a scan of random paths must not grow the registry.
       static const std::set<std::string> kRoutes = {"/health", "/metrics", "/v1/models", "/v1/completions",
-                                                    "/v1/chat/completions", "/flush_cache"};
+                                                    "/v1/chat/completions", "/flush_cache", "/tokenize",
+                                                    "/detokenize"};
       http_requests->with({kRoutes.count(req.path) ? req.path : "other", std::to_string(res.status)}).inc();
     });
     server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
@@ -450,8 +606,9 @@ struct HttpServer::Impl {
       if (!authorized(req, res)) return;
       const nlohmann::json body = {
           {"object", "list"},
-          {"data", {{{"id", stack.model_name()}, {"object", "model"}, {"owned_by", "hiq"},
-                     {"max_model_len", stack.context_tokens()}, {"vocab_size", stack.vocab_size()}}}}};
+          {"data", {{{"id", stack.model_name()}, {"object", "model"}, {"created", started_at}, {"owned_by", "hiq"},
+                     {"root", stack.model_name()}, {"max_model_len", stack.context_tokens()},
+                     {"vocab_size", stack.vocab_size()}}}}};
       res.set_content(body.dump(), "application/json");
     });
     server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
@@ -460,6 +617,8 @@ struct HttpServer::Impl {
     server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       generate(req, res, /*chat=*/true);
     });
+    server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
+    server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
     server.Post("/flush_cache", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       const Status flushed = stack.engine().flush_cache();

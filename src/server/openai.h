@@ -10,13 +10,15 @@
 // Everything here is in namespace hiq::openai: its ChatMessage and
 // FinishReason are the wire's, not the tokenizer's or the scheduler's.
 //
-// What a request may ask for, in short: one prompt (text or token ids), one
-// choice (n = 1), sampling by temperature / top_p / top_k / seed, up to four
-// stop strings, streaming with an optional usage chunk. Everything else a
-// client can send falls in two groups. Parameters we know but do not
-// implement (logprobs, echo, penalties, logit_bias, tools, batch prompts, …)
-// are accepted only at their default value and otherwise refused with a 400
-// that names them, so a client never gets silently different behaviour.
+// What a request may ask for, in short: one prompt (text or token ids), n
+// choices, sampling by temperature / top_p / top_k / seed, up to four stop
+// strings, log-probabilities (with alternatives; of the prompt too with
+// echo), streaming with an optional usage chunk, and for chat the template's
+// own variables (chat_template_kwargs). Everything else a client can send
+// falls in two groups. Parameters we know but do not implement (penalties,
+// logit_bias, tools, batch prompts, …) are accepted only at their default
+// value and otherwise refused with a 400 that names them, so a client never
+// gets silently different behaviour.
 // Parameters we do not know are ignored, because OpenAI clients send extras
 // (user, metadata, vendor fields). docs/server.md lists every field.
 //
@@ -29,9 +31,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 
@@ -51,6 +56,9 @@ struct ProtocolLimits {
   int default_chat_max_tokens = 32768;  // /v1/chat/completions without max_tokens; the server clips it to the context
   size_t max_stop_bytes = 256;          // longest stop string
   int max_stop_token_ids = 64;          // entries of stop_token_ids
+  int max_n = 16;                       // most choices (n) one request may ask for
+  int max_completion_logprobs = 20;     // /v1/completions' logprobs (OpenAI allows 5; vLLM 20)
+  int max_top_logprobs = 20;            // /v1/chat/completions' top_logprobs (OpenAI's limit)
   std::string served_model;             // a request naming another model is refused (404); empty: any name accepted
 
   // Errors name the first field out of range.
@@ -58,12 +66,20 @@ struct ProtocolLimits {
 };
 
 // What both endpoints share: how long to generate, how to sample, when to stop.
+// Sampling parameters a request leaves out are filled by the server: from the
+// model's generation_config.json where it has them (as SGLang and vLLM do),
+// else OpenAI's defaults (temperature 1, top_p 1, top_k off).
 struct GenerationParams {
   int max_tokens = 16;                  // tokens to generate at most (≥ 1)
-  double temperature = 1.0;             // [0, 2]; 0: greedy (OpenAI's default is 1)
-  double top_p = 1.0;                   // (0, 1]
-  int top_k = -1;                       // -1: all tokens; otherwise ≥ 1 (vLLM/SGLang extension)
+  std::optional<double> temperature;    // [0, 2]; 0: greedy
+  std::optional<double> top_p;          // (0, 1]
+  std::optional<int> top_k;             // -1: all tokens; otherwise ≥ 1 (vLLM/SGLang extension)
   std::optional<uint64_t> seed;         // absent: the server draws one
+  int n = 1;                            // choices to generate, each with its own random stream
+  // -1: no log-probabilities; k ≥ 0: each generated token's, with the k most
+  // likely alternatives (completions: "logprobs": k; chat: "logprobs": true
+  // with "top_logprobs": k).
+  int logprobs = -1;
   std::vector<std::string> stop;        // at most 4 non-empty strings; output ends before the first match
   std::vector<int32_t> stop_token_ids;  // generating one of these ends the request (vLLM/SGLang extension)
   bool ignore_eos = false;              // keep generating past end-of-sequence (SGLang/vLLM extension, bench_serving)
@@ -77,28 +93,49 @@ struct CompletionRequest {
   std::string prompt_text;              // "prompt": "..." or ["..."]
   std::vector<int32_t> prompt_token_ids;  // "prompt": [1, 2, 3] or [[1, 2, 3]]
   GenerationParams params;
+  bool echo = false;                    // the prompt comes back before the generated text (with its logprobs, if asked)
+  bool add_special_tokens = true;       // a text prompt gets the tokenizer's BOS, as Hugging Face adds it (vLLM extension)
 
   bool prompt_is_tokens() const { return !prompt_token_ids.empty(); }
-};
-
-// One chat turn. `role` is system, developer, user or assistant; a content
-// given as text parts is joined with "\n" (as vLLM does).
-struct ChatMessage {
-  std::string role;
-  std::string content;
 };
 
 // POST /v1/chat/completions. The chat template is applied by the caller.
 struct ChatRequest {
   std::string model;                    // as sent, or ProtocolLimits::served_model when absent
-  std::vector<ChatMessage> messages;    // at least one
+  // At least one message, as the template reads them: objects with "role"
+  // (system, user or assistant; "developer" becomes "system") and "content"
+  // (a string: text parts are joined with "\n", as vLLM does), and
+  // "reasoning_content" and "name" where the client sent them.
+  nlohmann::json messages = nlohmann::json::array();
   GenerationParams params;
+  bool add_generation_prompt = true;    // end the prompt with the assistant's header (vLLM extension)
+  // Variables for the template (SGLang's and vLLM's chat_template_kwargs),
+  // e.g. {"enable_thinking": false} for Qwen3; an object.
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+};
+
+// POST /tokenize: text, or a conversation through the chat template (vLLM's
+// and SGLang's shapes).
+struct TokenizeRequest {
+  std::string model;
+  std::optional<std::string> prompt;    // "prompt": text (or "text", SGLang's name)
+  std::optional<ChatRequest> chat;      // "messages": [...], with add_generation_prompt and chat_template_kwargs
+  bool add_special_tokens = true;       // text only: the tokenizer's BOS, as for completions
+  bool return_token_strs = false;       // also each token's text
+};
+
+// POST /detokenize: {"tokens": [ids]}.
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
 };
 
 // Parses and validates a request body. Nothing is thrown; every refusal is a
 // Status as described at the top of this file.
 Result<CompletionRequest> parse_completion_request(std::string_view body, const ProtocolLimits& limits);
 Result<ChatRequest> parse_chat_request(std::string_view body, const ProtocolLimits& limits);
+Result<TokenizeRequest> parse_tokenize_request(std::string_view body, const ProtocolLimits& limits);
+Result<DetokenizeRequest> parse_detokenize_request(std::string_view body, const ProtocolLimits& limits);
 
 // ---- errors --------------------------------------------------------------------------------
 
@@ -149,24 +186,52 @@ struct ResponseMeta {
   int64_t created = 0;                  // Unix seconds, from the caller's clock
 };
 
-// The one choice of a finished request. `token_ids` is written (vLLM's
-// field) only when the server runs in token-id mode.
+// One candidate at a position: a token's bytes (which may end inside a
+// character; the JSON shows them with U+FFFD, chat's "bytes" exactly) and its
+// log-probability.
+struct LogprobToken {
+  std::string token;
+  float logprob = 0;
+};
+
+// The log-probabilities of one position of a choice: the token there and the
+// most likely alternatives. A prompt's first token has none (null).
+struct LogprobEntry {
+  LogprobToken chosen;
+  bool has_logprob = true;
+  std::vector<LogprobToken> top;  // most likely first
+};
+
+// One choice of a finished request. `token_ids` is written (vLLM's field)
+// only when the server runs in token-id mode.
 struct Choice {
+  size_t index = 0;
   std::string text;
   FinishReason finish_reason = FinishReason::kStop;
   std::optional<std::vector<int32_t>> token_ids;
+  // Completions: one entry per token of `text` (with echo, the prompt's
+  // first); chat: per generated token. Absent: "logprobs": null.
+  std::optional<std::vector<LogprobEntry>> logprobs;
+  std::string reasoning_content;  // chat: the model's thinking, split from `text` by a reasoning parser; empty: absent
 };
 
 // Whole responses. Text is JSON-escaped with invalid UTF-8 replaced by U+FFFD,
 // so a token that ends mid-character cannot break the body.
 //   {"id", "object": "text_completion", "created", "model",
-//    "choices": [{"index": 0, "text", "logprobs": null, "finish_reason"[, "token_ids"]}],
+//    "choices": [{"index", "text", "logprobs", "finish_reason"[, "token_ids"]}],
 //    "usage": {"prompt_tokens", "completion_tokens", "total_tokens",
 //              "prompt_tokens_details": {"cached_tokens"},
 //              "hiq_cached_tokens_by_tier": {"device", "host"}}}
-std::string completion_response(const ResponseMeta& meta, const Choice& choice, const Usage& usage);
+// Completion logprobs are OpenAI's legacy shape: {"tokens", "token_logprobs",
+// "top_logprobs": [{token: logprob}], "text_offset"}; chat's are
+// {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}. A
+// log-probability of -inf is written as -9999.0, as OpenAI does.
+std::string completion_response(const ResponseMeta& meta, std::span<const Choice> choices, const Usage& usage);
 // As above with "object": "chat.completion" and, in the choice,
-// "message": {"role": "assistant", "content"} in place of "text".
+// "message": {"role": "assistant", "content"[, "reasoning_content"]} in place of "text".
+std::string chat_response(const ResponseMeta& meta, std::span<const Choice> choices, const Usage& usage);
+// One choice.
+std::string completion_response(const ResponseMeta& meta, const Choice& choice, const Usage& usage);
 std::string chat_response(const ResponseMeta& meta, const Choice& choice, const Usage& usage);
 
 // ---- streaming (server-sent events) -----------------------------------------------------------
@@ -183,15 +248,24 @@ struct StreamContext {
   bool include_usage = false;
 };
 
+// What a chunk says besides its text and ids: the choice it belongs to, and
+// the log-probabilities of the tokens it carries.
+struct ChunkExtras {
+  size_t index = 0;
+  const std::vector<LogprobEntry>* logprobs = nullptr;
+};
+
 // object "text_completion"; finish_reason null until `finish` is given.
 std::string completion_chunk(const StreamContext& stream, std::string_view text,
                              std::optional<FinishReason> finish = std::nullopt,
-                             const std::vector<int32_t>* token_ids = nullptr);
+                             const std::vector<int32_t>* token_ids = nullptr, const ChunkExtras& extras = {});
 // object "chat.completion.chunk".
-std::string chat_role_chunk(const StreamContext& stream);
+std::string chat_role_chunk(const StreamContext& stream, size_t index = 0);
 std::string chat_content_chunk(const StreamContext& stream, std::string_view text,
-                               const std::vector<int32_t>* token_ids = nullptr);
-std::string chat_finish_chunk(const StreamContext& stream, FinishReason finish);
+                               const std::vector<int32_t>* token_ids = nullptr, const ChunkExtras& extras = {});
+// delta {"reasoning_content"}: thinking split off by a reasoning parser.
+std::string chat_reasoning_chunk(const StreamContext& stream, std::string_view text, size_t index = 0);
+std::string chat_finish_chunk(const StreamContext& stream, FinishReason finish, size_t index = 0);
 // The usage chunk; `chat` picks the object name.
 std::string usage_chunk(const StreamContext& stream, bool chat, const Usage& usage);
 // An error after the stream has started (the HTTP status is already sent):
@@ -199,5 +273,14 @@ std::string usage_chunk(const StreamContext& stream, bool chat, const Usage& usa
 std::string error_event(const ProtocolError& error);
 // "data: [DONE]\n\n".
 std::string done_event();
+
+// ---- tokenizer endpoints -----------------------------------------------------------------------
+
+// {"tokens", "count", "max_model_len"[, "token_strs"]} (vLLM's shape; SGLang's
+// clients read "tokens" and "count").
+std::string tokenize_response(std::span<const int32_t> tokens, size_t max_model_len,
+                              const std::vector<std::string>* token_strs = nullptr);
+// {"prompt", "text"}: vLLM's and SGLang's names for the same text.
+std::string detokenize_response(std::string_view text);
 
 }  // namespace hiq::openai

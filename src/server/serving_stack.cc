@@ -10,6 +10,7 @@
 #include "memory/cuda_device_kv_pool.h"
 #include "model/cuda_model.h"
 #include "model/loaded_model.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "transfer/cuda_transfer_engine.h"
 #include "transfer/transfer_engine.h"
@@ -17,26 +18,18 @@
 namespace hiq {
 namespace {
 
-// eos_token_id of DIR/generation_config.json, else of DIR/config.json: an id
-// or a list of ids; none when neither file has it.
-Result<std::vector<int32_t>> read_eos(const std::string& dir) {
-  for (const char* name : {"generation_config.json", "config.json"}) {
-    const std::filesystem::path path = std::filesystem::path(dir) / name;
-    std::ifstream in(path);
-    if (!in) continue;
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return invalid_argument(path.string() + ": not valid JSON");
-    if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
-    const nlohmann::json& eos = j["eos_token_id"];
-    std::vector<int32_t> ids;
-    for (const nlohmann::json& id : eos.is_array() ? eos : nlohmann::json::array({eos})) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-        return invalid_argument(path.string() + ": eos_token_id must be a token id or a list of them");
-      ids.push_back(id.get<int32_t>());
-    }
-    return ids;
+// See ServingModel::chat_template().
+Result<std::unique_ptr<ChatTemplate>> load_chat_template(const ServeConfig& c, const Tokenizer& tokenizer) {
+  if (!c.chat_template_file.empty()) {
+    HIQ_ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::load_file(c.chat_template_file, c.model_dir));
+    return std::make_unique<ChatTemplate>(std::move(t));
   }
-  return std::vector<int32_t>{};
+  Result<ChatTemplate> own = ChatTemplate::load(c.model_dir);
+  if (own.is_ok()) return std::make_unique<ChatTemplate>(std::move(*own));
+  if (own.status().code() != StatusCode::kNotFound) return own.status();
+  if (tokenizer.token_id("<|im_start|>") && tokenizer.token_id("<|im_end|>"))
+    return std::make_unique<ChatTemplate>(ChatTemplate::chatml());
+  return std::unique_ptr<ChatTemplate>();
 }
 
 }  // namespace
@@ -54,12 +47,6 @@ Result<std::shared_ptr<ServingModel>> ServingModel::load(const ServeConfig& c) {
                  : c.served_model_name;
   if (m->name_.empty() || m->name_ == ".")
     m->name_ = std::filesystem::absolute(c.model_dir).lexically_normal().parent_path().filename().string();
-  HIQ_ASSIGN_OR_RETURN(m->eos_, read_eos(c.model_dir));
-  for (int32_t id : m->eos_)
-    if (id >= m->vocab_size_)
-      return invalid_argument("eos_token_id " + std::to_string(id) + " is outside the vocabulary of " +
-                              std::to_string(m->vocab_size_));
-
   const std::filesystem::path tokenizer_path = std::filesystem::path(c.model_dir) / "tokenizer.json";
   if (std::filesystem::exists(tokenizer_path)) {
     HIQ_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(tokenizer_path.string()));
@@ -67,7 +54,16 @@ Result<std::shared_ptr<ServingModel>> ServingModel::load(const ServeConfig& c) {
       return invalid_argument(tokenizer_path.string() + " has ids up to " + std::to_string(tokenizer.vocab_size()) +
                               ", beyond the model's vocabulary of " + std::to_string(m->vocab_size_));
     m->tokenizer_ = std::make_unique<Tokenizer>(std::move(tokenizer));
+    HIQ_ASSIGN_OR_RETURN(m->prompt_prefix_, read_prompt_prefix(c.model_dir, *m->tokenizer_));
+    HIQ_ASSIGN_OR_RETURN(m->chat_template_, load_chat_template(c, *m->tokenizer_));
+  } else if (!c.chat_template_file.empty()) {
+    return invalid_argument("--chat-template needs a tokenizer.json in the model directory");
   }
+  HIQ_ASSIGN_OR_RETURN(m->generation_, read_generation_config(c.model_dir, m->tokenizer_.get()));
+  for (int32_t id : m->generation_.eos_token_ids)
+    if (id >= m->vocab_size_)
+      return invalid_argument("eos_token_id " + std::to_string(id) + " is outside the vocabulary of " +
+                              std::to_string(m->vocab_size_));
   if (c.device == "cuda") {
     HIQ_ASSIGN_OR_RETURN(m->cuda_model_, make_cuda_model(m->model_->shape(), m->model_->weights()));
   }

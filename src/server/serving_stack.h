@@ -19,10 +19,12 @@
 #include "core/status.h"
 #include "engine/serving_engine.h"
 #include "memory/host_kv_pool.h"
+#include "server/model_files.h"
 
 namespace hiq {
 
 class Tokenizer;
+class ChatTemplate;
 class LoadedModel;
 class CudaModel;
 
@@ -37,6 +39,7 @@ struct ServeConfig {
   SchedulerOptions scheduler;       // --max-prefill-tokens, --max-running-requests
   int transfer_workers = 2;         // CPU transfer engine threads
   std::string served_model_name;    // --served-model-name; empty: the directory's name
+  std::string chat_template_file;   // --chat-template: a Jinja file (or a JSON with "chat_template"); empty: the model's
 };
 
 // The model half of a stack. Immutable once loaded; a stack using it reads
@@ -56,19 +59,29 @@ class ServingModel {
   CudaModel* cuda_model() const { return cuda_model_.get(); }
   // Null when the model directory has no tokenizer.json (token-id mode).
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The chat template: --chat-template's, else the model directory's
+  // (chat_template.jinja or tokenizer_config.json), else ChatML where the
+  // tokenizer has its tokens; null otherwise (chat requests get a 400).
+  const ChatTemplate* chat_template() const { return chat_template_.get(); }
+  // generation_config.json's sampling defaults and end-of-sequence ids.
+  const GenerationConfig& generation_config() const { return generation_; }
+  // What the tokenizer puts before a text prompt (add_special_tokens).
+  const std::vector<int32_t>& prompt_prefix() const { return prompt_prefix_; }
   const std::string& name() const { return name_; }
   int vocab_size() const { return vocab_size_; }
   // Tokens that end generation unless a request sets ignore_eos
-  // (generation_config.json's or config.json's eos_token_id).
-  const std::vector<int32_t>& eos_token_ids() const { return eos_; }
+  // (GenerationConfig::eos_token_ids).
+  const std::vector<int32_t>& eos_token_ids() const { return generation_.eos_token_ids; }
 
  private:
   ServingModel() = default;
 
   std::string device_, name_;
   int vocab_size_ = 0;
-  std::vector<int32_t> eos_;
+  GenerationConfig generation_;
+  std::vector<int32_t> prompt_prefix_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatTemplate> chat_template_;
   std::unique_ptr<LoadedModel> model_;
   std::unique_ptr<CudaModel> cuda_model_;
 };

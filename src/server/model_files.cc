@@ -1,0 +1,142 @@
+#include "server/model_files.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/tokenizer.h"
+
+namespace hiq {
+namespace {
+
+using nlohmann::json;
+
+// The JSON of DIR/NAME; null when the file does not exist.
+Result<json> read_json(const std::string& dir, const char* name) {
+  const std::filesystem::path path = std::filesystem::path(dir) / name;
+  std::ifstream in(path);
+  if (!in) return json();
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return invalid_argument(path.string() + ": not a valid JSON object");
+  return j;
+}
+
+Status field_error(const std::string& dir, const char* file, const std::string& field, const std::string& problem) {
+  return invalid_argument((std::filesystem::path(dir) / file).string() + ": field '" + field + "' " + problem);
+}
+
+// A token given as a string or as {"content": "..."} (an AddedToken), or null.
+std::optional<std::string> token_text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+void append_unique(std::vector<int32_t>& ids, int32_t id) {
+  if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+}
+
+}  // namespace
+
+Result<GenerationConfig> read_generation_config(const std::string& dir, const Tokenizer* tokenizer) {
+  GenerationConfig config;
+  HIQ_ASSIGN_OR_RETURN(const json generation, read_json(dir, "generation_config.json"));
+  HIQ_ASSIGN_OR_RETURN(const json model, read_json(dir, "config.json"));
+  // eos_token_id: generation_config.json's, else config.json's.
+  for (const auto& [file, j] : {std::pair<const char*, const json*>{"generation_config.json", &generation},
+                                {"config.json", &model}}) {
+    if (!j->is_object() || !j->contains("eos_token_id") || (*j)["eos_token_id"].is_null()) continue;
+    const json& eos = (*j)["eos_token_id"];
+    for (const json& id : eos.is_array() ? eos : json::array({eos})) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+        return field_error(dir, file, "eos_token_id", "must be a token id or a list of them");
+      append_unique(config.eos_token_ids, id.get<int32_t>());
+    }
+    break;
+  }
+  HIQ_ASSIGN_OR_RETURN(const json tokenizer_config, read_json(dir, "tokenizer_config.json"));
+  if (tokenizer != nullptr && tokenizer_config.is_object() && tokenizer_config.contains("eos_token"))
+    if (const auto text = token_text(tokenizer_config["eos_token"]))
+      if (const auto id = tokenizer->token_id(*text)) append_unique(config.eos_token_ids, *id);
+
+  if (!generation.is_object()) return config;
+  const auto number = [&](const char* name) -> Result<std::optional<double>> {
+    if (!generation.contains(name) || generation[name].is_null()) return std::optional<double>();
+    if (!generation[name].is_number()) return field_error(dir, "generation_config.json", name, "must be a number");
+    return std::optional<double>(generation[name].get<double>());
+  };
+  HIQ_ASSIGN_OR_RETURN(config.temperature, number("temperature"));
+  if (config.temperature && !(*config.temperature >= 0.0 && *config.temperature <= 2.0))
+    return field_error(dir, "generation_config.json", "temperature", "must be in [0, 2]");
+  HIQ_ASSIGN_OR_RETURN(config.top_p, number("top_p"));
+  if (config.top_p && !(*config.top_p > 0.0 && *config.top_p <= 1.0))
+    return field_error(dir, "generation_config.json", "top_p", "must be in (0, 1]");
+  if (generation.contains("top_k") && !generation["top_k"].is_null()) {
+    const json& k = generation["top_k"];
+    if (!k.is_number_integer() || k.get<int64_t>() < -1 || k.get<int64_t>() > INT32_MAX)
+      return field_error(dir, "generation_config.json", "top_k", "must be an integer ≥ -1");
+    // transformers' top_k = 0 means "off", as -1 does here.
+    config.top_k = k.get<int64_t>() <= 0 ? -1 : static_cast<int>(k.get<int64_t>());
+  }
+  return config;
+}
+
+Result<std::vector<int32_t>> read_prompt_prefix(const std::string& dir, const Tokenizer& tokenizer) {
+  // Only the post-processor is needed from tokenizer.json: skip its vocabulary.
+  const std::filesystem::path path = std::filesystem::path(dir) / "tokenizer.json";
+  std::vector<int32_t> prefix;
+  std::ifstream in(path);
+  if (in) {
+    const json::parser_callback_t only_post_processor = [](int depth, json::parse_event_t event, json& parsed) {
+      return !(depth == 1 && event == json::parse_event_t::key && parsed != "post_processor");
+    };
+    const json root = json::parse(in, only_post_processor, /*allow_exceptions=*/false);
+    if (root.is_discarded()) return invalid_argument(path.string() + ": not valid JSON");
+    const json post = root.is_object() && root.contains("post_processor") ? root["post_processor"] : json();
+    std::vector<const json*> processors;
+    if (post.is_object() && post.value("type", "") == "Sequence" && post.contains("processors") &&
+        post["processors"].is_array()) {
+      for (const json& p : post["processors"]) processors.push_back(&p);
+    } else if (post.is_object()) {
+      processors.push_back(&post);
+    }
+    for (const json* p : processors) {
+      if (!p->is_object() || p->value("type", "") != "TemplateProcessing") continue;
+      const json single = p->contains("single") ? (*p)["single"] : json();
+      if (!single.is_array()) return invalid_argument(path.string() + ": post_processor.single must be an array");
+      bool after_text = false;
+      for (const json& piece : single) {
+        if (piece.contains("Sequence")) {
+          after_text = true;
+          continue;
+        }
+        if (!piece.contains("SpecialToken") || !piece["SpecialToken"].contains("id") ||
+            !piece["SpecialToken"]["id"].is_string())
+          return invalid_argument(path.string() + ": post_processor.single holds an entry that is neither a Sequence "
+                                                  "nor a SpecialToken");
+        if (after_text)
+          return invalid_argument(path.string() + ": post_processor.single appends tokens after the text; "
+                                                  "such tokenizers are not supported");
+        const std::string name = piece["SpecialToken"]["id"].get<std::string>();
+        const auto id = tokenizer.token_id(name);
+        if (!id) return invalid_argument(path.string() + ": post_processor names the token '" + name +
+                                         "', which the tokenizer lacks");
+        prefix.push_back(*id);
+      }
+      return prefix;
+    }
+  }
+  // No TemplateProcessing: tokenizer_config.json's add_bos_token, as the slow tokenizers do.
+  HIQ_ASSIGN_OR_RETURN(const json config, read_json(dir, "tokenizer_config.json"));
+  if (config.is_object() && config.value("add_bos_token", false) == true && config.contains("bos_token")) {
+    const auto text = token_text(config["bos_token"]);
+    const auto id = text ? tokenizer.token_id(*text) : std::nullopt;
+    if (!id) return field_error(dir, "tokenizer_config.json", "bos_token", "names no token of the tokenizer");
+    prefix.push_back(*id);
+  }
+  return prefix;
+}
+
+}  // namespace hiq

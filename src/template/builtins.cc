@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
@@ -649,14 +650,19 @@ Value apply_filter(Renderer& renderer, const std::string& name, const Value& inp
       fail("round: a number is required, not '" + input.type_name() + "'");
     }
     if (precision < 0 || precision > 15) fail("round: a precision of " + std::to_string(precision) + " is not supported");
+    const double x = input.as_float();
+    if (method == "common") {
+      // Python's round(x, n): the correctly rounded decimal, ties to even, as
+      // glibc's printf gives it (round(2.5) == 2.0, round(2.675, 2) == 2.67).
+      if (!std::isfinite(x)) return Value::floating(x);
+      char buf[512];
+      std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(precision), x);
+      return Value::floating(std::strtod(buf, nullptr));
+    }
     const double scale = std::pow(10.0, static_cast<double>(precision));
-    const double x = input.as_float() * scale;
-    double r;
-    if (method == "common") r = std::round(x);  // Python's round() is half-even; jinja2's "common" is half-away
-    else if (method == "ceil") r = std::ceil(x);
-    else if (method == "floor") r = std::floor(x);
-    else fail("round: method must be 'common', 'ceil' or 'floor'");
-    return Value::floating(r / scale);
+    if (method == "ceil") return Value::floating(std::ceil(x * scale) / scale);
+    if (method == "floor") return Value::floating(std::floor(x * scale) / scale);
+    fail("round: method must be 'common', 'ceil' or 'floor'");
   }
   if (name == "replace") {
     const Bound a = bind(args, name, {"old", "new", "count"});
@@ -716,7 +722,12 @@ Value apply_filter(Renderer& renderer, const std::string& name, const Value& inp
   if (name == "attr") {
     const Bound a = bind(args, name, {"name"});
     if (!a[0]) fail("attr() takes exactly one argument");
-    return get_attribute(input, string_argument(*a[0], "attr's name"));
+    // jinja2's attr() is getattr alone: a dict's keys are not attributes.
+    const std::string& attribute = string_argument(*a[0], "attr's name");
+    if (input.is_dict() && input.as_dict().find(std::string_view(attribute)) != nullptr &&
+        !listed(attribute, {"get", "items", "keys", "values", "copy", "fromkeys"}) && !listed(attribute, kDictMutators))
+      return Value::undefined("'dict object' has no attribute '" + attribute + "'");
+    return get_attribute(input, attribute);
   }
   if (name == "sort" || name == "unique" || name == "min" || name == "max") {
     const bool sort = name == "sort";

@@ -41,6 +41,8 @@ inline void add_stack_flags(CLI::App* app, ServeFlags& flags) {
   ServeFlags* f = &flags;
   app->add_option("--device", f->config.device, "cpu or cuda")->capture_default_str();
   app->add_option("--served-model-name", f->config.served_model_name, "Model name in the API (default: the directory)");
+  app->add_option("--chat-template", f->config.chat_template_file,
+                  "Jinja chat template file (or a JSON with \"chat_template\") instead of the model's own");
   app->add_option("--max-total-tokens", f->max_total_tokens, "L1 capacity in tokens (0: 8192 cpu, 65536 cuda)")
       ->capture_default_str();
   app->add_option("--page-size", f->config.page_size, "Tokens per page")->capture_default_str();

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "kv/geometry.h"
+#include "kv/hf_config.h"
 
 namespace hiq {
 namespace {
@@ -220,44 +221,73 @@ TEST(ConfigJson, MissingKvHeadsDefaultsToAttentionHeads) {
 TEST(ConfigJson, Dtypes) {
   constexpr std::string_view kBase =
       R"({"model_type": "mistral", "num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64, )";
-  const auto with = [&](std::string_view tail) { return parse(std::string(kBase) + std::string(tail)); };
+  const auto with = [&](std::string_view tail) { return std::string(kBase) + std::string(tail); };
+  const auto dtype_of = [&](std::string_view tail) {
+    const auto c = parse_hf_config(with(tail), "test/config.json");
+    EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+    return c.is_ok() ? c->dtype : CheckpointDtype::kBf16;
+  };
 
-  auto g = with(R"("dtype": "float16"})");
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  EXPECT_EQ(g->l1_dtype, L1Dtype::kFp16);
-
-  g = with(R"("torch_dtype": "float16"})");  // older transformers
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  EXPECT_EQ(g->l1_dtype, L1Dtype::kFp16);
-
-  g = with(R"("dtype": "bfloat16"})");
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  EXPECT_EQ(g->l1_dtype, L1Dtype::kBf16);
-
-  g = with(R"("torch_dtype": "bfloat16"})");
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  EXPECT_EQ(g->l1_dtype, L1Dtype::kBf16);
-
+  EXPECT_EQ(dtype_of(R"("dtype": "float16"})"), CheckpointDtype::kF16);
+  EXPECT_EQ(dtype_of(R"("torch_dtype": "float16"})"), CheckpointDtype::kF16);  // older transformers
+  EXPECT_EQ(dtype_of(R"("dtype": "bfloat16"})"), CheckpointDtype::kBf16);
+  EXPECT_EQ(dtype_of(R"("torch_dtype": "float32"})"), CheckpointDtype::kF32);
+  EXPECT_EQ(dtype_of(R"("head_dim": 64})"), CheckpointDtype::kBf16);  // absent: bfloat16
   // The newer key wins when both are present.
-  g = with(R"("dtype": "float16", "torch_dtype": "bfloat16"})");
-  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  EXPECT_EQ(g->l1_dtype, L1Dtype::kFp16);
-
+  EXPECT_EQ(dtype_of(R"("dtype": "float16", "torch_dtype": "bfloat16"})"), CheckpointDtype::kF16);
   // A null "dtype" is absent: "torch_dtype" decides.
-  g = with(R"("dtype": null, "torch_dtype": "float16"})");
+  EXPECT_EQ(dtype_of(R"("dtype": null, "torch_dtype": "float16"})"), CheckpointDtype::kF16);
+
+  // The checkpoint's dtype does not choose the L1: the runtime converts the
+  // weights at load and writes BF16 KV whatever they were saved in.
+  for (std::string_view tail : {R"("dtype": "float16"})", R"("torch_dtype": "float32"})", R"("dtype": "bfloat16"})"}) {
+    const auto g = parse(with(tail));
+    ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+    EXPECT_EQ(g->l1_dtype, L1Dtype::kBf16) << tail;
+  }
+
+  expect_error(parse(with(R"("dtype": "int8"})")), StatusCode::kInvalidArgument,
+               {"'dtype'", "int8", "test/config.json"});
+  expect_error(parse(with(R"("torch_dtype": "int8"})")), StatusCode::kInvalidArgument, {"'torch_dtype'", "int8"});
+  expect_error(parse(with(R"("torch_dtype": 16})")), StatusCode::kInvalidArgument, {"'torch_dtype'", "string"});
+
+  // An FP16 L1 is asked for, never inferred.
+  GeometryOptions options;
+  options.l1_dtype = L1Dtype::kFp16;
+  const auto g = parse(with(R"("dtype": "bfloat16"})"), options);
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
   EXPECT_EQ(g->l1_dtype, L1Dtype::kFp16);
+}
 
-  expect_error(with(R"("dtype": "int8"})"), StatusCode::kInvalidArgument, {"'dtype'", "int8", "test/config.json"});
-  expect_error(with(R"("torch_dtype": "int8"})"), StatusCode::kInvalidArgument, {"'torch_dtype'", "int8"});
-  expect_error(with(R"("torch_dtype": 16})"), StatusCode::kInvalidArgument, {"'torch_dtype'", "string"});
-
-  // The option overrides whatever the config says, even an unsupported dtype.
-  GeometryOptions options;
-  options.l1_dtype = L1Dtype::kBf16;
-  g = parse(std::string(kBase) + R"("dtype": "int8"})", options);
+TEST(ConfigJson, Qwen3WithoutHeadDimTakesTransformersDefault) {
+  // Qwen3Config's head_dim defaults to 128; hidden_size / heads (1024 / 16 = 64) is not used.
+  const auto g = parse(R"({"model_type": "qwen3", "num_hidden_layers": 2, "hidden_size": 1024,
+                           "num_attention_heads": 16, "num_key_value_heads": 8})");
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
-  EXPECT_EQ(g->l1_dtype, L1Dtype::kBf16);
+  EXPECT_EQ(g->k_head_dim, 128);
+  EXPECT_EQ(g->v_head_dim, 128);
+  // Nor does it need hidden_size at all.
+  const auto bare = parse(R"({"model_type": "qwen3", "num_hidden_layers": 2, "num_attention_heads": 16})");
+  ASSERT_TRUE(bare.is_ok()) << bare.status().to_string();
+  EXPECT_EQ(bare->k_head_dim, 128);
+}
+
+TEST(ConfigJson, EveryPresetMeansTheSameToTheParserAndTheGeometry) {
+  // Presets go through the one parser; their geometry is its head_dim and KV heads.
+  for (std::string_view name : model_preset_names()) {
+    const auto hf = parse_hf_config(*model_preset_config(name), name);
+    ASSERT_TRUE(hf.is_ok()) << name << ": " << hf.status().to_string();
+    const auto g = preset(std::string(name));
+    ASSERT_TRUE(g.is_ok()) << name << ": " << g.status().to_string();
+    EXPECT_EQ(g->num_layers, hf->num_layers) << name;
+    EXPECT_EQ(g->l1_dtype, L1Dtype::kBf16) << name;
+    if (is_mla_family(hf->family)) {
+      EXPECT_EQ(g->k_head_dim, hf->kv_lora_rank + hf->qk_rope_head_dim) << name;
+    } else {
+      EXPECT_EQ(g->k_head_dim, hf->head_dim) << name;
+      EXPECT_EQ(g->total_kv_heads, hf->num_kv_heads) << name;
+    }
+  }
 }
 
 TEST(ConfigJson, HeadDimNullIsAbsent) {
@@ -402,7 +432,7 @@ TEST(ConfigFile, ReadsByFileAndByDirectory) {
   EXPECT_EQ(by_file->num_layers, 2);
   EXPECT_EQ(by_file->num_kv_heads, 8);
   EXPECT_EQ(by_file->k_head_dim, 96);
-  EXPECT_EQ(by_file->l1_dtype, L1Dtype::kFp16);
+  EXPECT_EQ(by_file->l1_dtype, L1Dtype::kBf16);  // float16 weights, converted at load: a BF16 L1
   EXPECT_EQ(by_file->l1_bytes_per_token(), 2u * 2 * 8 * 96 * 2);
 
   const auto by_dir = geometry_from_config_file(dir.path().string());

@@ -278,8 +278,11 @@ TEST(ModelConfig, RefusesIncompleteOrOutOfRangeScaling) {
 // ---- features we refuse ------------------------------------------------------------------
 
 TEST(ModelConfig, RefusesOtherArchitectures) {
-  for (const char* type : {"qwen3_moe", "qwen2_moe", "mixtral", "gpt2", "deepseek_v3"})
+  for (const char* type : {"qwen3_moe", "qwen2_moe", "mixtral", "gpt2"})
     expect_config_error(with(kQwen3_8B, {{"model_type", type}}), {"test/config.json", "'model_type'", type});
+  // A DeepSeek config parses (hiq layout sizes its cache) but is not served.
+  expect_config_error(with(kQwen3_8B, {{"model_type", "deepseek_v3"}, {"kv_lora_rank", 512}, {"qk_rope_head_dim", 64}}),
+                      {"test/config.json", "'model_type'", "deepseek_v3", "model runtime"});
   expect_config_error(with(kQwen3_8B, {{"model_type", nullptr}}), {"'model_type'", "missing"});
 }
 
@@ -306,8 +309,24 @@ TEST(ModelConfig, RefusesOtherComputations) {
                       {"'quantization_config'"});
 }
 
+TEST(ModelConfig, Qwen3WithoutHeadDimTakesTransformersDefault) {
+  // transformers' Qwen3Config defaults head_dim to 128, not hidden_size /
+  // num_attention_heads: here 5120 / 64 = 80 would be wrong.
+  const std::string text = with(kQwen3_8B, {{"head_dim", nullptr}, {"hidden_size", 5120}, {"num_attention_heads", 64}});
+  const auto c = parse(text);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->head_dim, 128);
+  const auto kv = geometry_from_config_json(text, "test/config.json");
+  ASSERT_TRUE(kv.is_ok()) << kv.status().to_string();
+  EXPECT_EQ(kv->k_head_dim, 128);
+  EXPECT_EQ(c->kv_geometry().l1_bytes_per_token(), kv->l1_bytes_per_token());
+  // Other families derive it, in both modules alike.
+  const auto llama = parse(with(kLlama31_8B, {{"hidden_size", 3072}}));
+  ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
+  EXPECT_EQ(llama->head_dim, 96);
+}
+
 TEST(ModelConfig, RefusesInconsistentShapes) {
-  expect_config_error(with(kQwen3_8B, {{"head_dim", nullptr}}), {"test/config.json", "'head_dim'", "missing"});
   expect_config_error(with(kQwen3_8B, {{"num_key_value_heads", 5}}), {"'num_key_value_heads'", "divide"});
   expect_config_error(with(kQwen3_8B, {{"head_dim", 127}}), {"'head_dim'", "even"});
   expect_config_error(with(kLlama31_8B, {{"hidden_size", 4001}}), {"'hidden_size'", "multiple"});
@@ -353,7 +372,14 @@ TEST(ModelConfig, ReadsFilesAndModelDirectories) {
 // ---- KV geometry -------------------------------------------------------------------------
 
 TEST(ModelConfig, KvGeometryAgreesWithTheKvModule) {
-  for (std::string_view text : {kQwen3_8B, kLlama31_8B, kQwen25_7B, kMistral7B_v03}) {
+  // The two cases the modules once disagreed on: qwen3 without head_dim (one
+  // refused it, one derived hidden/heads) and a float16 checkpoint (one gave
+  // an FP16 L1, the model runtime writes BF16).
+  const std::string qwen3_without_head_dim = with(kQwen3_8B, {{"head_dim", nullptr}, {"hidden_size", 2048}});
+  const std::string qwen3_float16 = with(kQwen3_8B, {{"torch_dtype", "float16"}});
+  const std::string llama_float32 = with(kLlama31_8B, {{"torch_dtype", nullptr}, {"dtype", "float32"}});
+  for (std::string_view text : {kQwen3_8B, kLlama31_8B, kQwen25_7B, kMistral7B_v03, std::string_view(qwen3_without_head_dim),
+                                std::string_view(qwen3_float16), std::string_view(llama_float32)}) {
     const auto c = parse(text);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     for (int page_size : {1, 16}) {
@@ -371,6 +397,7 @@ TEST(ModelConfig, KvGeometryAgreesWithTheKvModule) {
       EXPECT_EQ(g.v_head_dim, kv->v_head_dim);
       EXPECT_EQ(g.page_size, page_size);
       EXPECT_EQ(g.l1_dtype, L1Dtype::kBf16);
+      EXPECT_EQ(g.l1_dtype, kv->l1_dtype);
       EXPECT_EQ(g.attention, AttentionKind::kMha);
       EXPECT_EQ(g.l1_bytes_per_token(), kv->l1_bytes_per_token());
     }

@@ -57,8 +57,12 @@ std::string describe_json_value(const json& value) {
 ConfigReader::ConfigReader(const json& object, std::string_view source, std::string_view prefix)
     : object_(object), source_(source), prefix_(prefix) {}
 
+Status config_field_error(std::string_view source, std::string_view field, std::string_view problem) {
+  return invalid_argument(std::string(source) + ": field '" + std::string(field) + "' " + std::string(problem));
+}
+
 Status ConfigReader::error(std::string_view field, std::string_view problem) const {
-  return invalid_argument(source_ + ": field '" + prefix_ + std::string(field) + "' " + std::string(problem));
+  return config_field_error(source_, prefix_ + std::string(field), problem);
 }
 
 bool ConfigReader::has(std::string_view field) const {

@@ -1,7 +1,7 @@
 // kv/config_reader.h — typed, checked access to the fields of one JSON object
-// of a Hugging Face config.json. The KV geometry parser (kv/model_config.cc)
-// and the full model config (model/model_config.cc) read fields through it, so
-// both word their errors alike: "<source>: field '<name>' <problem>".
+// of a Hugging Face config.json, for the one config.json parser
+// (kv/hf_config.cc). Its errors read "<source>: field '<name>' <problem>";
+// consumers of the parsed HfConfig word theirs alike with config_field_error.
 //
 // Includers need nlohmann_json (the header only forward-declares it).
 #pragma once
@@ -30,6 +30,9 @@ Result<ConfigFile> read_config_file(const std::string& path);
 // kind and long strings are cut, so a hostile file (deep nesting, a megabyte
 // string) cannot blow up a message or the stack.
 std::string describe_json_value(const nlohmann::json& value);
+
+// invalid_argument("<source>: field '<field>' <problem>").
+Status config_field_error(std::string_view source, std::string_view field, std::string_view problem);
 
 class ConfigReader {
  public:

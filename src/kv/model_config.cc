@@ -4,14 +4,10 @@
 #include <cstdint>
 #include <filesystem>
 
-#include <nlohmann/json.hpp>
-
 #include "kv/config_reader.h"
 
 namespace hiq {
 namespace {
-
-using nlohmann::json;
 
 // Embedded copies of the attention-relevant part of well-known configs. They go
 // through the same parser as files on disk, so presets test the parser too.
@@ -43,105 +39,70 @@ constexpr std::array<Preset, 9> kPresets{{
       "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "torch_dtype": "bfloat16"})"},
 }};
 
-bool is_mla_model(std::string_view model_type) {
-  return model_type == "deepseek_v2" || model_type == "deepseek_v3";
-}
-bool is_mha_model(std::string_view model_type) {
-  return model_type == "qwen3" || model_type == "qwen2" || model_type == "llama" || model_type == "mistral";
-}
-
-Result<L1Dtype> l1_dtype_from_config(const ConfigReader& reader) {
-  // Newer transformers write "dtype", older ones "torch_dtype".
-  for (std::string_view field : {"dtype", "torch_dtype"}) {
-    if (!reader.has(field)) continue;
-    HIQ_ASSIGN_OR_RETURN(std::string dtype, reader.string(field));
-    if (dtype == "float16") return L1Dtype::kFp16;
-    if (dtype == "bfloat16" || dtype == "float32") return L1Dtype::kBf16;
-    return reader.error(field, "names an unsupported dtype '" + dtype + "' (expected bfloat16, float16 or float32)");
-  }
-  return L1Dtype::kBf16;
-}
-
 }  // namespace
+
+Status GeometryOptions::validate() const {
+  if (tp_size <= 0) return invalid_argument("--tp must be a positive integer (got " + std::to_string(tp_size) + ")");
+  if (page_size <= 0 || page_size > kMaxPageSize)
+    return invalid_argument("--page-size must be an integer from 1 to " + std::to_string(kMaxPageSize) + " (got " +
+                            std::to_string(page_size) + ")");
+  return Status::ok();
+}
+
+Result<KvGeometry> mha_kv_geometry(std::string_view name, int num_layers, int total_kv_heads, int head_dim,
+                                   const GeometryOptions& options) {
+  HIQ_RETURN_IF_ERROR(options.validate());
+  KvGeometry g;
+  g.name = std::string(name);
+  g.num_layers = num_layers;
+  g.attention = AttentionKind::kMha;
+  g.total_kv_heads = total_kv_heads;
+  g.k_head_dim = head_dim;
+  g.v_head_dim = head_dim;
+  g.page_size = options.page_size;
+  g.tp_size = options.tp_size;
+  g.l1_dtype = options.l1_dtype;
+  // Split KV heads over TP ranks; with more ranks than heads each rank holds a
+  // replica of one head (as SGLang and vLLM do).
+  const int tp = options.tp_size;
+  if (total_kv_heads > 0 && total_kv_heads % tp == 0) {
+    g.num_kv_heads = total_kv_heads / tp;
+  } else if (total_kv_heads > 0 && tp % total_kv_heads == 0) {
+    g.num_kv_heads = 1;
+  } else {
+    return invalid_argument(std::string(name) + ": --tp " + std::to_string(tp) +
+                            " neither divides nor is a multiple of num_key_value_heads (" +
+                            std::to_string(total_kv_heads) + ")");
+  }
+  HIQ_RETURN_IF_ERROR(g.validate().with_context(name));
+  return g;
+}
+
+Result<KvGeometry> geometry_from_hf_config(const HfConfig& config, const GeometryOptions& options) {
+  if (!is_mla_family(config.family))
+    return mha_kv_geometry(config.source, config.num_layers, config.num_kv_heads, config.head_dim, options);
+  HIQ_RETURN_IF_ERROR(options.validate());
+  // One latent vector (compressed KV plus the decoupled RoPE key) per token and
+  // layer, replicated on every TP rank.
+  KvGeometry g;
+  g.name = config.source;
+  g.num_layers = config.num_layers;
+  g.attention = AttentionKind::kMla;
+  g.num_kv_heads = 1;
+  g.total_kv_heads = 1;
+  g.k_head_dim = config.kv_lora_rank + config.qk_rope_head_dim;
+  g.v_head_dim = 0;
+  g.page_size = options.page_size;
+  g.tp_size = options.tp_size;
+  g.l1_dtype = options.l1_dtype;
+  HIQ_RETURN_IF_ERROR(g.validate().with_context(config.source));
+  return g;
+}
 
 Result<KvGeometry> geometry_from_config_json(std::string_view json_text, std::string_view source,
                                              const GeometryOptions& options) {
-  json config = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded())
-    return invalid_argument(std::string(source) + ": not valid JSON");
-  if (!config.is_object()) return invalid_argument(std::string(source) + ": expected a JSON object");
-  const ConfigReader reader(config, source);
-
-  if (options.tp_size <= 0)
-    return invalid_argument("--tp must be a positive integer (got " + std::to_string(options.tp_size) + ")");
-  if (options.page_size <= 0 || options.page_size > kMaxPageSize)
-    return invalid_argument("--page-size must be an integer from 1 to " + std::to_string(kMaxPageSize) + " (got " +
-                            std::to_string(options.page_size) + ")");
-
-  HIQ_ASSIGN_OR_RETURN(std::string model_type, reader.string("model_type"));
-  KvGeometry g;
-  g.name = std::string(source);
-  g.page_size = options.page_size;
-  g.tp_size = options.tp_size;
-  HIQ_ASSIGN_OR_RETURN(g.num_layers, reader.positive_int("num_hidden_layers"));
-  if (options.l1_dtype) {
-    g.l1_dtype = *options.l1_dtype;
-  } else {
-    HIQ_ASSIGN_OR_RETURN(g.l1_dtype, l1_dtype_from_config(reader));
-  }
-
-  if (is_mla_model(model_type)) {
-    // One latent vector (compressed KV plus the decoupled RoPE key) per token and
-    // layer, replicated on every TP rank.
-    HIQ_ASSIGN_OR_RETURN(int kv_lora_rank, reader.positive_int("kv_lora_rank"));
-    HIQ_ASSIGN_OR_RETURN(int rope_dim, reader.positive_int("qk_rope_head_dim"));
-    g.attention = AttentionKind::kMla;
-    g.num_kv_heads = 1;
-    g.total_kv_heads = 1;
-    g.k_head_dim = kv_lora_rank + rope_dim;
-    g.v_head_dim = 0;
-  } else if (is_mha_model(model_type)) {
-    HIQ_ASSIGN_OR_RETURN(int num_heads, reader.positive_int("num_attention_heads"));
-    HIQ_ASSIGN_OR_RETURN(int num_kv_heads, reader.optional_positive_int("num_key_value_heads", num_heads));
-    if (num_heads % num_kv_heads != 0)
-      return reader.error("num_key_value_heads", "(" + std::to_string(num_kv_heads) +
-                                                     ") must divide num_attention_heads (" +
-                                                     std::to_string(num_heads) + ")");
-    int head_dim = 0;
-    if (reader.has("head_dim")) {
-      HIQ_ASSIGN_OR_RETURN(head_dim, reader.positive_int("head_dim"));
-    } else {
-      HIQ_ASSIGN_OR_RETURN(int hidden, reader.positive_int("hidden_size"));
-      if (hidden % num_heads != 0)
-        return reader.error("hidden_size", "(" + std::to_string(hidden) +
-                                               ") is not a multiple of num_attention_heads (" +
-                                               std::to_string(num_heads) + ") and 'head_dim' is absent");
-      head_dim = hidden / num_heads;
-    }
-    g.attention = AttentionKind::kMha;
-    g.total_kv_heads = num_kv_heads;
-    g.k_head_dim = head_dim;
-    g.v_head_dim = head_dim;
-    // Split KV heads over TP ranks; with more ranks than heads each rank holds a
-    // replica of one head (as SGLang and vLLM do).
-    const int tp = options.tp_size;
-    if (num_kv_heads % tp == 0) {
-      g.num_kv_heads = num_kv_heads / tp;
-    } else if (tp % num_kv_heads == 0) {
-      g.num_kv_heads = 1;
-    } else {
-      return invalid_argument(std::string(source) + ": --tp " + std::to_string(tp) +
-                              " neither divides nor is a multiple of num_key_value_heads (" +
-                              std::to_string(num_kv_heads) + ")");
-    }
-  } else {
-    return reader.error("model_type", "'" + model_type +
-                                          "' is not supported (expected qwen3, qwen2, llama, mistral, "
-                                          "deepseek_v2 or deepseek_v3)");
-  }
-
-  HIQ_RETURN_IF_ERROR(g.validate().with_context(source));
-  return g;
+  HIQ_ASSIGN_OR_RETURN(HfConfig config, parse_hf_config(json_text, source));
+  return geometry_from_hf_config(config, options);
 }
 
 Result<KvGeometry> geometry_from_config_file(const std::string& path, const GeometryOptions& options) {

@@ -1,5 +1,7 @@
-// model/model_config.h — the architecture of a Qwen3-family model, read from
-// a Hugging Face config.json.
+// model/model_config.h — the architecture of a Qwen3-family model, derived
+// from a Hugging Face config.json as kv/hf_config.h parses it (the one
+// config.json parser: head_dim, KV heads and dtype mean here what they mean to
+// the KV geometry).
 //
 // Served `model_type`s (one decoder shape: RMSNorm, GQA attention with RoPE,
 // SwiGLU MLP), with the differences transformers gives them:
@@ -23,6 +25,7 @@
 
 #include "core/status.h"
 #include "kv/geometry.h"
+#include "kv/hf_config.h"
 #include "model/rope.h"
 #include "model/safetensors.h"
 
@@ -61,12 +64,19 @@ struct ModelConfig {
 
   // The KV cache this model writes: every layer caches K and V rows of
   // num_kv_heads × head_dim, in a BF16 L1 (the runtime stores activations in
-  // BF16 whatever the checkpoint's dtype). One TP rank. The config must be
-  // valid and page_size in [1, kMaxPageSize] (checked).
+  // BF16 whatever the checkpoint's dtype). One TP rank. Built by the kv
+  // module's mha_kv_geometry, so it equals geometry_from_config_json of the
+  // same config. The config must be valid and page_size in [1, kMaxPageSize]
+  // (checked).
   KvGeometry kv_geometry(int page_size = 1) const;
 };
 
-// Parses config.json text; `source` names it in errors. The result is validated.
+// The model of a parsed config: refuses a model_type the runtime does not run,
+// any feature that would change the computation and is not implemented, and
+// missing decoder fields (vocab_size, hidden_size, intermediate_size). The
+// result is validated.
+Result<ModelConfig> model_config_from_hf_config(const HfConfig& config);
+// Parses config.json text (parse_hf_config); `source` names it in errors.
 Result<ModelConfig> model_config_from_json(std::string_view json_text, std::string_view source);
 // Reads a config.json file, or the config.json of a model directory.
 Result<ModelConfig> model_config_from_file(const std::string& path);

@@ -503,6 +503,17 @@ TEST(TemplateLimits, DeeplyNestedInputJsonIsRefused) {
                {"deeper than 512"});
 }
 
+TEST(TemplateLimits, SelfReferenceFailsCleanlyAndLeaksNothing) {
+  // A namespace holding itself, and a macro held by the scope it captured,
+  // are reference cycles; the renderer breaks them (LeakSanitizer checks).
+  expect_error(render("{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns }}"), StatusCode::kInvalidArgument,
+               {"deeper than 512"});
+  EXPECT_EQ(render_ok("{% set ns = namespace(a=1) %}{% set ns.self = ns %}{{ ns.self.self.a }}"), "1");
+  EXPECT_EQ(render_ok("{% macro m() %}x{% endmacro %}{% for i in [1] %}{% macro n() %}y{% endmacro %}{{ n() }}"
+                      "{% endfor %}{{ m() }}"),
+            "yx");
+}
+
 TEST(TemplateLimits, InvalidOptionsAreRefused) {
   RenderOptions options;
   options.max_steps = 0;

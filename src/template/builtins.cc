@@ -855,8 +855,10 @@ void add_globals(Scope& scope) {
   scope.variables["dict"] = Value::callable("dict", [dict_from_args](Renderer&, CallArgs& args) {
     return Value::dict(dict_from_args(args, "dict"));
   });
-  scope.variables["namespace"] = Value::callable("namespace", [dict_from_args](Renderer&, CallArgs& args) {
-    return Value::make_namespace(dict_from_args(args, "namespace"));
+  scope.variables["namespace"] = Value::callable("namespace", [dict_from_args](Renderer& renderer, CallArgs& args) {
+    Value ns = Value::make_namespace(dict_from_args(args, "namespace"));
+    renderer.track_namespace(ns);
+    return ns;
   });
   scope.variables["raise_exception"] = Value::callable("raise_exception", [](Renderer&, CallArgs& args) -> Value {
     const Bound a = bind(args, "raise_exception", {"message"});

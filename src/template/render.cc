@@ -193,6 +193,11 @@ Value binary_operation(Expr::Op op, const Value& a, const Value& b, const Render
   unsupported_operands(op, a, b);
 }
 
+Renderer::~Renderer() {
+  for (const ScopePtr& scope : macro_scopes_) scope->variables.clear();
+  for (const Value& ns : namespaces_) ns.as_namespace().attributes = Dict();
+}
+
 void Renderer::step() {
   if (++steps_ > options_.max_steps)
     throw TemplateError("rendering took more than " + std::to_string(options_.max_steps) +
@@ -261,6 +266,7 @@ Renderer::Flow Renderer::exec(const Stmt& s, const ScopePtr& scope) {
     case Stmt::Kind::kMacro: {
       const Stmt* macro = &s;
       const ScopePtr defined_in = scope;
+      macro_scopes_.push_back(scope);
       scope->variables[s.names[0]] = Value::callable(s.names[0], [macro, defined_in](Renderer& r, CallArgs& args) {
         return r.call_macro(*macro, defined_in, args);
       });

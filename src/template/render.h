@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "template/ast.h"
 #include "template/jinja.h"
@@ -33,6 +34,11 @@ using ScopePtr = std::shared_ptr<Scope>;
 class Renderer {
  public:
   explicit Renderer(const RenderOptions& options) : options_(options) {}
+  // Breaks the reference cycles a render can make (a macro held by the scope
+  // it captured; a namespace holding itself) so nothing outlives the render.
+  ~Renderer();
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   // Renders `body` with `globals`; the result is the output.
   std::string run(const Body& body, ScopePtr globals);
@@ -42,6 +48,8 @@ class Renderer {
   // Throws when a string or list of `size` would pass the output limit.
   void check_size(size_t size) const;
   const RenderOptions& options() const { return options_; }
+  // Records a namespace() so the destructor can clear it.
+  void track_namespace(const Value& ns) { namespaces_.push_back(ns); }
   int line() const { return line_; }
 
   Value eval(const Expr& e, const ScopePtr& scope);
@@ -65,6 +73,8 @@ class Renderer {
   uint64_t steps_ = 0;
   int call_depth_ = 0;
   int line_ = 0;
+  std::vector<ScopePtr> macro_scopes_;
+  std::vector<Value> namespaces_;
 };
 
 // Python's binary operators over Values (jinja2 hands them to Python).

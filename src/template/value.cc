@@ -145,7 +145,8 @@ std::string Value::str() const {
   }
 }
 
-std::string Value::repr() const {
+std::string Value::repr(int depth) const {
+  if (depth > 512) throw TemplateError("repr: the value nests deeper than 512 levels");
   switch (kind_) {
     case Kind::kUndefined: return "";
     case Kind::kNone: return "None";
@@ -158,7 +159,7 @@ std::string Value::repr() const {
       std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += ", ";
-        out += items[i].repr();
+        out += items[i].repr(depth + 1);
       }
       if (tuple_ && items.size() == 1) out += ',';
       out += tuple_ ? ")" : "]";
@@ -170,12 +171,12 @@ std::string Value::repr() const {
       for (const auto& [key, value] : as_dict().items()) {
         if (!first) out += ", ";
         first = false;
-        out += key.repr() + ": " + value.repr();
+        out += key.repr(depth + 1) + ": " + value.repr(depth + 1);
       }
       return out + "}";
     }
     case Kind::kCallable: return "<function " + as_callable().name + ">";
-    case Kind::kNamespace: return "<Namespace " + Value::dict(as_namespace().attributes).repr() + ">";
+    case Kind::kNamespace: return "<Namespace " + Value::dict(as_namespace().attributes).repr(depth + 1) + ">";
   }
   return "";
 }

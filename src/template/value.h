@@ -110,8 +110,9 @@ class Value {
   bool truthy() const;
   // str(x): None, True, 1.5, "['a', 1]"; undefined prints as "".
   std::string str() const;
-  // repr(x), as str() uses it for the items of a list or dict.
-  std::string repr() const;
+  // repr(x), as str() uses it for the items of a list or dict. Throws past
+  // 512 levels (a namespace that holds itself).
+  std::string repr(int depth = 0) const;
   // The Python type name, for messages: 'str', 'int', 'dict', 'undefined'.
   std::string type_name() const;
   // Why an undefined value is undefined, for the error when it is used.

@@ -97,5 +97,41 @@ TEST(Sampler, BadParametersAreRefusedByName) {
   EXPECT_FALSE(p.validate().is_ok());
 }
 
+TEST(Sampler, TokenLogprobsAreTheLogSoftmaxWithTheTopAlternatives) {
+  const std::vector<float> logits = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f};
+  double total = 0;
+  for (float l : logits) total += std::exp(static_cast<double>(l));
+  const auto expected = [&](size_t i) { return static_cast<float>(logits[i] - std::log(total)); };
+  const TokenLogprobs lp = token_logprobs(logits, 4, 3);
+  EXPECT_EQ(lp.token, 4);
+  EXPECT_NEAR(lp.logprob, expected(4), 1e-6);
+  ASSERT_EQ(lp.top.size(), 3u);
+  // Most likely first; of equal logits, the lower id first.
+  EXPECT_EQ(lp.top[0].first, 1);
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_EQ(lp.top[2].first, 0);
+  for (const auto& [id, logprob] : lp.top) EXPECT_NEAR(logprob, expected(static_cast<size_t>(id)), 1e-6);
+  // The probabilities sum to one.
+  double sum = 0;
+  for (const auto& [id, logprob] : token_logprobs(logits, 0, 5).top) sum += std::exp(static_cast<double>(logprob));
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+  EXPECT_TRUE(token_logprobs(logits, 2, 0).top.empty());
+  EXPECT_EQ(token_logprobs(logits, 2, 99).top.size(), logits.size());  // clamped to what there is
+}
+
+TEST(Sampler, TokenLogprobsOfNanAndInfiniteLogits) {
+  const std::vector<float> logits = {NAN, 0.0f, -INFINITY, 0.0f};
+  const TokenLogprobs lp = token_logprobs(logits, 0, 4);
+  EXPECT_TRUE(std::isinf(lp.logprob) && lp.logprob < 0) << "NaN counts as -inf";
+  ASSERT_EQ(lp.top.size(), 4u);
+  EXPECT_EQ(lp.top[0].first, 1);
+  EXPECT_NEAR(lp.top[0].second, std::log(0.5), 1e-6);
+  EXPECT_EQ(lp.top[3].first, 0) << "NaN last";
+  EXPECT_TRUE(std::isinf(token_logprobs(logits, 2, 0).logprob));
+  EXPECT_TRUE(std::isinf(token_logprobs(logits, 7, 0).logprob)) << "an id outside the row";
+  const std::vector<float> none = {NAN, -INFINITY};
+  EXPECT_TRUE(std::isinf(token_logprobs(none, 1, 1).logprob));
+}
+
 }  // namespace
 }  // namespace hiq

@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "engine/cpu_model_runner.h"
 #include "engine/serving_engine.h"
+#include "model/cpu_forward.h"
 #include "memory/host_kv_pool.h"
 #include "tiny_model.h"
 #include "transfer/transfer_engine.h"
@@ -48,20 +51,47 @@ Read read_all(GenerationStream& s) {
   return r;
 }
 
-// A runner that fails on request, to stand for a broken GPU call.
-class FailingRunner final : public ModelRunner {
+// The engine's runner, under the test's control: it fails on request (to
+// stand for a broken GPU call), and it can be held, so that what a test does
+// between two engine steps happens there — not a race against the engine
+// thread (a cancel must not find a request already finished).
+class ControlledRunner final : public ModelRunner {
  public:
-  explicit FailingRunner(ModelRunner& inner) : inner_(inner) {}
+  explicit ControlledRunner(ModelRunner& inner) : inner_(inner) {}
   Result<std::vector<ForwardResult>> forward(std::span<const ForwardItem> batch) override {
+    {
+      std::unique_lock lock(mutex_);
+      ++waiting_;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return passes_left_ != 0; });
+      --waiting_;
+      if (passes_left_ > 0) --passes_left_;
+    }
     if (fail_.exchange(false)) return internal_error("injected model failure");
     return inner_.forward(batch);
   }
   double now() const override { return inner_.now(); }
   void advance_to(double t) override { inner_.advance_to(t); }
+
+  // From now on, `passes` more forward passes run, then forward() waits (-1: no limit).
+  void allow(int passes) {
+    std::lock_guard lock(mutex_);
+    passes_left_ = passes;
+    changed_.notify_all();
+  }
+  // Waits until the engine thread is held in forward().
+  void wait_until_held() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return waiting_ > 0 && passes_left_ == 0; });
+  }
   std::atomic<bool> fail_{false};
 
  private:
   ModelRunner& inner_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int passes_left_ = -1;
+  int waiting_ = 0;
 };
 
 class ServingEngineTest : public ::testing::Test {
@@ -74,9 +104,9 @@ class ServingEngineTest : public ::testing::Test {
     l2_ = std::move(*HostKvPool::create(l1_->geometry(), o, l1_->num_slots()));
     transfer_ = std::move(*make_cpu_transfer_engine(*l1_, *l2_));
     runner_ = std::make_unique<CpuModelRunner>(model_.shape, model_.weights, *l1_, transfer_.get());
-    failing_ = std::make_unique<FailingRunner>(*runner_);
+    runner_control_ = std::make_unique<ControlledRunner>(*runner_);
     cache_ = std::make_unique<RadixCache>(*l1_, l2_.get(), transfer_.get());
-    engine_ = std::make_unique<ServingEngine>(*cache_, *l1_, transfer_.get(), *failing_);
+    engine_ = std::make_unique<ServingEngine>(*cache_, *l1_, transfer_.get(), *runner_control_);
   }
   void TearDown() override {
     engine_.reset();
@@ -94,7 +124,7 @@ class ServingEngineTest : public ::testing::Test {
   std::unique_ptr<HostKvPool> l2_;
   std::unique_ptr<TransferEngine> transfer_;
   std::unique_ptr<CpuModelRunner> runner_;
-  std::unique_ptr<FailingRunner> failing_;
+  std::unique_ptr<ControlledRunner> runner_control_;
   std::unique_ptr<RadixCache> cache_;
   std::unique_ptr<ServingEngine> engine_;
 };
@@ -136,6 +166,89 @@ TEST_F(ServingEngineTest, ConcurrentClientsStreamExactlyTheirOwnGreedyTokens) {
   EXPECT_GT(stats.scheduler.prefill_seconds, 0.0);
 }
 
+// n choices on one stream: each choice's events in order, each its own
+// request; greedy choices agree, and the later ones reuse the first's prefix.
+TEST_F(ServingEngineTest, SeveralChoicesShareOneStream) {
+  const auto prompt = prompt_of(0, 3);
+  std::vector<Request> choices(3, request(prompt, 5));
+  auto stream = engine_->submit(choices);
+  ASSERT_TRUE(stream.is_ok()) << stream.status().to_string();
+  EXPECT_EQ((*stream)->choices(), 3u);
+  std::vector<std::vector<TokenId>> tokens(3);
+  std::vector<RequestResult> results(3);
+  size_t open = 3;
+  while (open > 0) {
+    auto event = (*stream)->next(30s);
+    ASSERT_TRUE(event.has_value());
+    ASSERT_LT(event->choice, 3u);
+    if (event->kind == GenerationEvent::Kind::kToken) {
+      tokens[event->choice].push_back(event->token);
+      continue;
+    }
+    results[event->choice] = std::move(event->result);
+    --open;
+  }
+  const auto alone = model_.generate_alone(prompt, 5);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(tokens[i], alone) << "choice " << i;
+    EXPECT_EQ(results[i].output, alone);
+    EXPECT_EQ(results[i].id, (*stream)->ids()[i]);
+  }
+  EXPECT_FALSE(engine_->submit(std::vector<Request>{}).is_ok());
+  std::vector<Request> bad(2, request(prompt, 5));
+  bad[1].logprobs = kMaxTopLogprobs + 1;
+  EXPECT_FALSE(engine_->submit(bad).is_ok()) << "all or none";
+  EXPECT_EQ(engine_->stats().submitted, 3u);
+}
+
+// Log-probabilities are those of the model's logits: of each generated token
+// (greedy: the best of the alternatives), and of the prompt, computed whole.
+TEST_F(ServingEngineTest, LogprobsAreTheModelsOwn) {
+  const auto prompt = prompt_of(1, 2);
+  // Cache the prompt first: prompt log-probabilities must still come from a full computation.
+  ASSERT_TRUE(read_all(**engine_->submit(request(prompt, 2))).finished);
+  Request r = request(prompt, 4);
+  r.logprobs = 3;
+  r.prompt_logprobs = true;
+  auto stream = engine_->submit(std::move(r));
+  ASSERT_TRUE(stream.is_ok());
+  std::vector<GenerationEvent> events;
+  while (auto event = (*stream)->next(30s)) {
+    const bool done = event->kind == GenerationEvent::Kind::kFinished;
+    events.push_back(std::move(*event));
+    if (done) break;
+  }
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events.back().result.cached_l1_tokens + events.back().result.cached_l2_tokens, 0u);
+  // The reference: every row of logits of the prompt and its greedy continuation, computed alone.
+  std::vector<int32_t> sequence = prompt;
+  for (size_t i = 0; i < 4; ++i) sequence.push_back(events[i].token);
+  auto l1 = model_.pool(sequence.size());
+  std::vector<SlotId> slots(sequence.size());
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<SlotId>(i);
+  auto logits = cpu_forward(model_.shape, model_.weights, *l1, sequence, slots, 0, /*all_logits=*/true);
+  ASSERT_TRUE(logits.is_ok());
+  const auto vocab = static_cast<size_t>(model_.shape.vocab_size);
+  const auto row = [&](size_t position) { return std::span<const float>(*logits).subspan(position * vocab, vocab); };
+  ASSERT_EQ(events[0].prompt_logprobs.size(), prompt.size() - 1);
+  for (size_t t = 1; t < prompt.size(); ++t) {
+    const TokenLogprobs want = token_logprobs(row(t - 1), prompt[t], 3);
+    const TokenLogprobs& got = events[0].prompt_logprobs[t - 1];
+    EXPECT_EQ(got.token, prompt[t]);
+    EXPECT_NEAR(got.logprob, want.logprob, 1e-4) << "prompt position " << t;
+    ASSERT_EQ(got.top.size(), 3u);
+    EXPECT_EQ(got.top[0].first, want.top[0].first);
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(events[i].logprobs.has_value());
+    const TokenLogprobs want = token_logprobs(row(prompt.size() - 1 + i), events[i].token, 3);
+    EXPECT_EQ(events[i].logprobs->token, events[i].token);
+    EXPECT_NEAR(events[i].logprobs->logprob, want.logprob, 1e-4) << "output " << i;
+    EXPECT_EQ(events[i].logprobs->top[0].first, events[i].token) << "greedy takes the most likely";
+    if (i > 0) EXPECT_TRUE(events[i].prompt_logprobs.empty());
+  }
+}
+
 TEST_F(ServingEngineTest, AStopTokenEndsTheRequest) {
   const auto prompt = prompt_of(1, 1);
   const auto alone = model_.generate_alone(prompt, 6);
@@ -152,15 +265,18 @@ TEST_F(ServingEngineTest, AStopTokenEndsTheRequest) {
 }
 
 TEST_F(ServingEngineTest, CancellingARunningRequestEndsItAndKeepsNoSlot) {
+  runner_control_->allow(1);  // the prefill, then the engine is held before its first decode step
   auto stream = engine_->submit(request(prompt_of(2, 0), 90));
   ASSERT_TRUE(stream.is_ok());
   auto first = (*stream)->next(30s);
   ASSERT_TRUE(first && first->kind == GenerationEvent::Kind::kToken);
+  runner_control_->wait_until_held();
   engine_->cancel((*stream)->id());
+  runner_control_->allow(-1);  // the held step runs; the next one sees the cancel
   const Read rest = read_all(**stream);
   ASSERT_TRUE(rest.finished);
   EXPECT_EQ(rest.result.finish_reason, FinishReason::kCancelled);
-  EXPECT_LT(rest.result.output.size(), 90u);
+  EXPECT_EQ(rest.result.output.size(), 2u);
   EXPECT_EQ(engine_->stats().cancelled, 1u);
   ASSERT_TRUE(engine_->flush_cache().is_ok());
   EXPECT_EQ(engine_->stats().l1_free_slots, l1_->num_slots());
@@ -182,7 +298,7 @@ TEST_F(ServingEngineTest, SeededSamplingIsReproducible) {
 }
 
 TEST_F(ServingEngineTest, AFailingModelFailsItsBatchAndTheEngineGoesOn) {
-  failing_->fail_ = true;
+  runner_control_->fail_ = true;
   auto failed = engine_->submit(request(prompt_of(0, 0), 4));
   ASSERT_TRUE(failed.is_ok());
   const Read r = read_all(**failed);
@@ -211,13 +327,19 @@ TEST_F(ServingEngineTest, BadRequestsAreRefusedAndStopEndsEverything) {
   EXPECT_EQ(r.result.finish_reason, FinishReason::kError);
   EXPECT_EQ(r.result.status.code(), StatusCode::kResourceExhausted);
 
+  runner_control_->allow(1);
   auto long_running = engine_->submit(request(prompt_of(2, 2), 90));
   ASSERT_TRUE(long_running.is_ok());
   ASSERT_TRUE((*long_running)->next(30s).has_value());
-  engine_->stop();
+  runner_control_->wait_until_held();
+  std::thread stopper([&] { engine_->stop(); });
+  while (!engine_->stopping()) std::this_thread::yield();
+  runner_control_->allow(-1);
+  stopper.join();
   const Read ended = read_all(**long_running);
   ASSERT_TRUE(ended.finished);
   EXPECT_EQ(ended.result.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(ended.result.output.size(), 2u);
   EXPECT_EQ(engine_->submit(request({1, 2}, 4)).status().code(), StatusCode::kUnavailable);
 }
 

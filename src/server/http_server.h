@@ -20,6 +20,7 @@
 
 #include "core/status.h"
 #include "server/openai.h"
+#include "server/reasoning_parser.h"
 #include "server/serving_stack.h"
 
 namespace hiq {
@@ -30,6 +31,7 @@ struct HttpOptions {
   std::string api_key;             // --api-key; empty: no authentication
   openai::ProtocolLimits limits;   // body size, prompt length, max_tokens
   int threads = 32;                // connections served at once
+  ReasoningFormat reasoning = ReasoningFormat::kNone;  // --reasoning-parser: chat's reasoning_content
 };
 
 class HttpServer {

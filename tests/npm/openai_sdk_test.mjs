@@ -137,6 +137,8 @@ await check("chat: whole and streamed agree; the prompt is the reference templat
   });
   assert.equal(whole.object, "chat.completion");
   assert.equal(whole.choices[0].message.role, "assistant");
+  // Random weights write no <think> block: with or without a reasoning parser, all of it is content.
+  assert.equal(whole.choices[0].message.reasoning_content, undefined);
   const expected = referenceChatIds(messages, { enable_thinking: false });
   assert.equal(whole.usage.prompt_tokens, expected.length);
   const tokenized = await fetch(`${base}/tokenize`, {

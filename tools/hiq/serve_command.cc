@@ -16,10 +16,13 @@
 namespace hiq::cli {
 namespace {
 
-int run_serve(const ServeFlags& f) {
+int run_serve(ServeFlags& f) {
   auto config = build_stack_config(f);
   if (!config) return report_error("serve", config.status());
-  HIQ_CHECK(f.http.limits.validate().is_ok());
+  if (Status limits = f.http.limits.validate(); !limits.is_ok()) return report_error("serve", limits);
+  auto reasoning = parse_reasoning_format(f.reasoning_parser);
+  if (!reasoning) return report_error("serve", invalid_argument("--reasoning-parser: " + reasoning.status().message()));
+  f.http.reasoning = *reasoning;
   // SIGINT and SIGTERM go to one waiting thread (blocked everywhere else,
   // including the threads the stack and the server start).
   sigset_t signals;
@@ -76,6 +79,8 @@ Subcommand add_serve_command(CLI::App& parent) {
   app->add_option("--max-body-bytes", f->http.limits.max_body_bytes, "Largest request body accepted")
       ->capture_default_str();
   app->add_option("--threads", f->http.threads, "Connections served at once")->capture_default_str();
+  app->add_option("--reasoning-parser", f->reasoning_parser,
+                  "Split chat output's thinking into reasoning_content: qwen3 or deepseek-r1");
   return {app, [f] { return run_serve(*f); }};
 }
 

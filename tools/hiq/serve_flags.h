@@ -19,6 +19,7 @@ struct ServeFlags {
   HostTierFlags host;
   int64_t max_prefill_tokens = 16384;
   int64_t max_running_requests = 256;
+  std::string reasoning_parser;  // --reasoning-parser (serve only)
 };
 
 inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {

@@ -1,7 +1,7 @@
 // evaluate_quality on the CPU backend with the tiny Qwen3 checkpoint: the
 // prefix really goes through L2, the exact codec is exact, the lossy ones
 // rank as their error bounds say, and bad input is refused.
-#include "engine/quality.h"
+#include "eval/quality.h"
 
 #include <fstream>
 #include <random>

@@ -1,4 +1,4 @@
-// `hiq bench serve`: the load generator (server/load_generator.h) against a
+// `hiq bench serve`: the load generator (loadgen/load_generator.h) against a
 // running server, or against one it starts in-process with --model DIR and
 // the cache flags of `hiq serve`. Takes the workload flags of `hiq sim`, so a
 // simulated and a real run can be compared line by line.
@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/load_generator.h"
+#include "loadgen/load_generator.h"
 #include "tools/hiq/commands.h"
 #include "tools/hiq/scheduler_json.h"
 #include "tools/hiq/serve_flags.h"

@@ -1,5 +1,5 @@
 // `hiq quality`: what each host-tier codec does to the model's output, with
-// the prefix really restored from L2 (engine/quality.h), on the CPU or the
+// the prefix really restored from L2 (eval/quality.h), on the CPU or the
 // CUDA backend. Texts come from a JSON-lines file ({"text": ...} through the
 // model's tokenizer, or {"tokens": [...]}) or are drawn at random
 // (--random-texts, for checkpoints with random weights).
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/quality.h"
+#include "eval/quality.h"
 #include "memory/cuda_device_kv_pool.h"
 #include "model/cuda_model.h"
 #include "model/loaded_model.h"

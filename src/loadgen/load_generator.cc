@@ -1,4 +1,4 @@
-#include "server/load_generator.h"
+#include "loadgen/load_generator.h"
 
 #include <httplib.h>
 

@@ -1,4 +1,4 @@
-// engine/quality.h — what a compressed host tier does to the model's output.
+// eval/quality.h — what a compressed host tier does to the model's output.
 //
 // For each text, tokens[0, P) are a shared prefix and the tokens after it a
 // held-out continuation. The reference computes the prefix into L1 (BF16, as

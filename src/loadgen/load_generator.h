@@ -1,4 +1,4 @@
-// server/load_generator.h — `hiq bench serve`: drives a running server with
+// loadgen/load_generator.h — `hiq bench serve`: drives a running server with
 // the workloads of `hiq sim` (engine/workload.h) over the OpenAI API and
 // measures what clients see, as SGLang's bench_serving does.
 //

@@ -11,7 +11,6 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +18,7 @@
 #include "transfer/transfer_bench.h"
 #include "tools/hiq/commands.h"
 #include "tools/hiq/host_tier_flags.h"
+#include "tools/hiq/list_flag.h"
 #include "tools/hiq/table.h"
 
 namespace hiq::cli {
@@ -36,31 +36,14 @@ struct TransferFlags {
   bool json = false;
 };
 
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 Result<TransferBenchOptions> build_options(const TransferFlags& f) {
   TransferBenchOptions o;
   GeometryOptions go;
   go.tp_size = f.tp;
   HIQ_ASSIGN_OR_RETURN(o.geometry, resolve_model_geometry(f.model, go));
-  for (const std::string& name : split(f.codecs)) {
-    HIQ_ASSIGN_OR_RETURN(const CodecKind codec, parse_codec(name));
-    o.codecs.push_back(codec);
-  }
-  for (const std::string& item : split(f.batches)) {
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(item.c_str(), &end, 10);
-    if (*end != '\0' || n == 0 || n > (1u << 24))
-      return invalid_argument("--batches: '" + item + "' is not a token count from 1 to 16777216");
-    o.batches.push_back(n);
-  }
-  if (o.codecs.empty() || o.batches.empty()) return invalid_argument("--hicache-codec and --batches need entries");
+  HIQ_ASSIGN_OR_RETURN(o.codecs, parse_codec_list_flag(f.codecs, "--hicache-codec"));
+  HIQ_ASSIGN_OR_RETURN(const std::vector<int64_t> batches, parse_integer_list_flag(f.batches, "--batches", 1, 1 << 24));
+  o.batches.assign(batches.begin(), batches.end());
   HIQ_ASSIGN_OR_RETURN(o.record_align, record_align_option(f.record_align));
   if (f.gpu_sms < 1) return invalid_argument("--gpu-sms must be positive");
   o.gpu_sms = f.gpu_sms;

@@ -6,13 +6,13 @@
 
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "model/loaded_model.h"
 #include "model/model_bench.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/list_flag.h"
 #include "tools/hiq/table.h"
 
 namespace hiq::cli {
@@ -31,16 +31,8 @@ struct ModelBenchFlags {
 };
 
 Result<std::vector<int>> parse_counts(const std::string& list, const char* flag) {
-  std::vector<int> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > (1 << 20))
-      return invalid_argument(std::string(flag) + ": '" + item + "' is not a count from 1 to 1048576");
-    out.push_back(static_cast<int>(v));
-  }
-  return out;
+  HIQ_ASSIGN_OR_RETURN(const std::vector<int64_t> counts, parse_integer_list_flag(list, flag, 1, 1 << 20));
+  return std::vector<int>(counts.begin(), counts.end());
 }
 
 Result<ModelBenchOptions> build_options(const ModelBenchFlags& f) {
@@ -49,12 +41,7 @@ Result<ModelBenchOptions> build_options(const ModelBenchFlags& f) {
   HIQ_ASSIGN_OR_RETURN(o.decode_batches, parse_counts(f.decode_batches, "--decode-batches"));
   if (f.decode_context < 1) return invalid_argument("--decode-context must be positive");
   o.decode_context = f.decode_context;
-  o.restore_codecs.clear();
-  std::stringstream in(f.codecs);
-  for (std::string name; std::getline(in, name, ',');) {
-    HIQ_ASSIGN_OR_RETURN(const CodecKind codec, parse_codec(name));
-    o.restore_codecs.push_back(codec);
-  }
+  HIQ_ASSIGN_OR_RETURN(o.restore_codecs, parse_codec_list_flag(f.codecs, "--hicache-codec"));
   if (f.restore_prefix < 1 || f.restore_prefix >= f.restore_prompt)
     return invalid_argument("--restore-prefix must be from 1 to --restore-prompt − 1");
   o.restore_prompt = f.restore_prompt;

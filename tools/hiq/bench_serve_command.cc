@@ -14,13 +14,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "loadgen/load_generator.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/list_flag.h"
 #include "tools/hiq/scheduler_json.h"
 #include "tools/hiq/serve_flags.h"
 #include "tools/hiq/table.h"
@@ -45,16 +45,15 @@ struct BenchServeFlags {
   int vocab_size = 0;  // 0: from the server's /v1/models
   std::string compare;               // --compare: configurations, comma-separated
   int repeats = 1;                   // --repeats
-  std::vector<int> sweep_num_groups; // --sweep-num-groups
+  std::string sweep_num_groups;      // --sweep-num-groups: group counts, comma-separated
   bool warmup = true;                // --compare: an unrecorded run first (--no-warmup: none)
   bool json = false;
 };
 
 Result<std::vector<TierConfig>> parse_compare(const std::string& list, int64_t default_align) {
   std::vector<TierConfig> configs;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (item.empty()) return invalid_argument("--compare has an empty entry in '" + list + "'");
+  HIQ_ASSIGN_OR_RETURN(const std::vector<std::string> items, parse_list_flag(list, "--compare"));
+  for (const std::string& item : items) {
     TierConfig c;
     c.label = item;
     if (item == "none") {
@@ -75,7 +74,6 @@ Result<std::vector<TierConfig>> parse_compare(const std::string& list, int64_t d
     }
     configs.push_back(std::move(c));
   }
-  if (configs.empty()) return invalid_argument("--compare needs at least one configuration");
   return configs;
 }
 
@@ -271,6 +269,14 @@ int run_bench_compare(BenchServeFlags f) {
   if (f.repeats < 1) return report_error("bench serve", invalid_argument("--repeats must be at least 1"));
   auto configs = parse_compare(f.compare, f.stack.host.record_align);
   if (!configs) return report_error("bench serve", configs.status());
+  std::vector<int> groups;
+  if (f.sweep_num_groups.empty()) {
+    groups.push_back(f.workload.shared_prefix.num_groups);
+  } else {
+    auto counts = parse_integer_list_flag(f.sweep_num_groups, "--sweep-num-groups", 1, 1 << 20);
+    if (!counts) return report_error("bench serve", counts.status());
+    groups.assign(counts->begin(), counts->end());
+  }
   auto base = build_stack_config(f.stack);
   if (!base) return report_error("bench serve", base.status());
   for (const TierConfig& c : *configs)  // every flag error before a long model load
@@ -279,8 +285,6 @@ int run_bench_compare(BenchServeFlags f) {
   auto model = ServingModel::load(*base);
   if (!model) return report_error("bench serve", model.status());
   const int vocab = f.vocab_size > 0 ? f.vocab_size : (*model)->vocab_size();
-  std::vector<int> groups = f.sweep_num_groups;
-  if (groups.empty()) groups.push_back(f.workload.shared_prefix.num_groups);
 
   struct Row {
     int groups = 0;
@@ -405,8 +409,8 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
                   "In-process: run once per host tier, e.g. none,bf16,int8,int8/128,fp8,int4,int4h (codec/align)");
   app->add_option("--repeats", f->repeats, "--compare: runs of each configuration, in alternating order")
       ->capture_default_str();
-  app->add_option("--sweep-num-groups", f->sweep_num_groups, "--compare: repeat everything for each group count")
-      ->delimiter(',');
+  app->add_option("--sweep-num-groups", f->sweep_num_groups,
+                  "--compare: repeat everything for each group count, e.g. 1,4,16");
   app->add_flag("!--no-warmup", f->warmup, "--compare: no unrecorded warm-up run first");
   app->add_flag("--json", f->json, "Print JSON (--compare: one line per run)");
   return [f, app] {

@@ -9,7 +9,6 @@
 #include <iostream>
 #include <memory>
 #include <numeric>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +17,7 @@
 #include "model/loaded_model.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/list_flag.h"
 #include "tools/hiq/table.h"
 
 namespace hiq::cli {
@@ -65,18 +65,11 @@ Result<StepFn> make_step(const LoadedModel& m, const std::string& device, size_t
   });
 }
 
+// A prompt is a sequence: the same id may come twice.
 Result<std::vector<int32_t>> parse_ids(const std::string& list) {
-  std::vector<int32_t> ids;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 0 || v > INT32_MAX)
-      return invalid_argument("--prompt-ids: '" + item + "' is not a token id");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  if (ids.empty()) return invalid_argument("--prompt-ids needs at least one token id");
-  return ids;
+  HIQ_ASSIGN_OR_RETURN(const std::vector<int64_t> ids,
+                       parse_integer_list_flag(list, "--prompt-ids", 0, INT32_MAX, ListRepeats::kAllow));
+  return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
 // The top `k` (id, log-probability) pairs of `logits`, most likely first.

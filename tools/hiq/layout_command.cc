@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +14,7 @@
 #include "kv/model_config.h"
 #include "tools/hiq/commands.h"
 #include "tools/hiq/host_tier_flags.h"
+#include "tools/hiq/list_flag.h"
 #include "tools/hiq/table.h"
 
 namespace hiq::cli {
@@ -39,25 +39,6 @@ struct LayoutRow {
   double ratio_vs_bf16 = 0;      // L1 (BF16/FP16) bytes per token ÷ this codec's
   double memory_reduction = 0;   // 1 − this codec's bytes ÷ L1 bytes
 };
-
-Result<std::vector<CodecKind>> parse_codec_list(const std::string& text) {
-  if (text == "all") return std::vector<CodecKind>(std::begin(kAllCodecs), std::end(kAllCodecs));
-  std::vector<CodecKind> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    const std::string name = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (name.empty())
-      return invalid_argument("--hicache-codec '" + text + "' has an empty entry (expected e.g. int8,int4h or all)");
-    auto codec = parse_codec(name);
-    if (!codec) return codec.status().with_context("--hicache-codec");
-    if (std::find(out.begin(), out.end(), *codec) != out.end())
-      return invalid_argument("--hicache-codec names " + name + " twice");
-    out.push_back(*codec);
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
-}
 
 Result<LayoutRow> layout_row(const KvGeometry& g, CodecKind codec, size_t align, uint64_t budget) {
   LayoutRow row{codec, {}, std::nullopt};
@@ -103,7 +84,7 @@ int run_layout(const LayoutFlags& f) {
   auto align = record_align_option(f.record_align);
   if (!align) return report_error("layout", align.status());
   const size_t record_align = *align;
-  auto codecs = parse_codec_list(f.codecs);
+  auto codecs = parse_codec_list_flag(f.codecs, "--hicache-codec");
   if (!codecs) return report_error("layout", codecs.status());
 
   const KvGeometry& g = *geometry;

@@ -18,6 +18,7 @@
 #include "model/loaded_model.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/list_flag.h"
 #include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/table.h"
 #include "transfer/cuda_transfer_engine.h"
@@ -33,7 +34,7 @@ struct QualityFlags {
   uint64_t seed = 1;
   int max_texts = 0;
   int64_t prefix_len = 1024, continuation_len = 255, greedy_len = 64;
-  std::vector<std::string> codecs = {"bf16", "int8", "fp8", "int4", "int4h"};
+  std::string codecs = "bf16,int8,fp8,int4,int4h";
   int64_t record_align = static_cast<int64_t>(kDefaultRecordAlign);
   bool json = false;
 };
@@ -145,12 +146,9 @@ int run_quality(const QualityFlags& f) {
   auto align = record_align_option(f.record_align);
   if (!align) return report_error("quality", align.status());
   options.record_align = *align;
-  options.codecs.clear();
-  for (const std::string& name : f.codecs) {
-    auto codec = parse_codec(name);
-    if (!codec) return report_error("quality", codec.status().with_context("--hicache-codec"));
-    options.codecs.push_back(*codec);
-  }
+  auto codecs = parse_codec_list_flag(f.codecs, "--hicache-codec");
+  if (!codecs) return report_error("quality", codecs.status());
+  options.codecs = *std::move(codecs);
   if (auto s = options.validate(); !s.is_ok()) return report_error("quality", s);
   if (f.texts.empty() == (f.random_texts == 0))
     return report_error("quality", invalid_argument("give one of --texts FILE and --random-texts N"));
@@ -251,8 +249,7 @@ Subcommand add_quality_command(CLI::App& parent) {
   app->add_option("--continuation-len", f->continuation_len, "Held-out tokens scored after the prefix")
       ->capture_default_str();
   app->add_option("--greedy-len", f->greedy_len, "Greedy tokens compared after the prefix")->capture_default_str();
-  app->add_option("--hicache-codec", f->codecs, "Codecs to test (bf16 is the exact control)")
-      ->delimiter(',')
+  app->add_option("--hicache-codec", f->codecs, "Codecs to test, comma-separated (bf16 is the exact control)")
       ->capture_default_str();
   app->add_option("--record-align", f->record_align, "Pad L2 records to a multiple of this many bytes")
       ->capture_default_str();

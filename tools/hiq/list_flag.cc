@@ -1,0 +1,57 @@
+#include "tools/hiq/list_flag.h"
+
+#include <charconv>
+#include <iterator>
+
+namespace hiq::cli {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  const size_t begin = s.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return {};
+  return s.substr(begin, s.find_last_not_of(" \t") - begin + 1);
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> parse_list_flag(std::string_view text, std::string_view flag, ListRepeats repeats) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string_view item = trim(text.substr(start, comma == std::string_view::npos ? comma : comma - start));
+    if (item.empty())
+      return invalid_argument(std::string(flag) + ": '" + std::string(text) + "' has an empty entry");
+    if (repeats == ListRepeats::kRefuse) {
+      for (const std::string& seen : out)
+        if (seen == item) return invalid_argument(std::string(flag) + ": '" + std::string(item) + "' is given twice");
+    }
+    out.emplace_back(item);
+    if (comma == std::string_view::npos) return out;
+    start = comma + 1;
+  }
+}
+
+Result<int64_t> parse_integer_item(std::string_view item, int64_t min, int64_t max) {
+  int64_t value = 0;
+  const char* end = item.data() + item.size();
+  const auto [ptr, ec] = std::from_chars(item.data(), end, value);
+  const bool digits_only = !item.empty() && item.find_first_not_of("0123456789") == std::string_view::npos;
+  if (!digits_only || ec != std::errc() || ptr != end || value < min || value > max)
+    return invalid_argument("'" + std::string(item) + "' is not an integer from " + std::to_string(min) + " to " +
+                            std::to_string(max));
+  return value;
+}
+
+Result<std::vector<int64_t>> parse_integer_list_flag(std::string_view text, std::string_view flag, int64_t min,
+                                                     int64_t max, ListRepeats repeats) {
+  return parse_list_flag_as<int64_t>(
+      text, flag, [&](const std::string& item) { return parse_integer_item(item, min, max); }, repeats);
+}
+
+Result<std::vector<CodecKind>> parse_codec_list_flag(std::string_view text, std::string_view flag) {
+  if (text == "all") return std::vector<CodecKind>(std::begin(kAllCodecs), std::end(kAllCodecs));
+  return parse_list_flag_as<CodecKind>(text, flag, [](const std::string& name) { return parse_codec(name); });
+}
+
+}  // namespace hiq::cli

@@ -303,7 +303,7 @@ TEST_P(TemplateMatchesJinja2, RendersTheSameBytes) {
   EXPECT_EQ(*r, c.expected) << c.source;
 }
 
-INSTANTIATE_TEST_SUITE_P(Constructs, TemplateMatchesJinja2, ::testing::ValuesIn(kRenderCases),
+INSTANTIATE_TEST_SUITE_P(TemplateConstructs, TemplateMatchesJinja2, ::testing::ValuesIn(kRenderCases),
                          [](const auto& case_info) { return std::string(case_info.param.name); });
 
 class TemplateFailsWhereJinja2Fails : public ::testing::TestWithParam<ErrorCase> {};
@@ -316,7 +316,7 @@ TEST_P(TemplateFailsWhereJinja2Fails, WithALineNumber) {
   EXPECT_EQ(r.status().message().rfind("chat template line 1: ", 0), 0u) << r.status().message();
 }
 
-INSTANTIATE_TEST_SUITE_P(Errors, TemplateFailsWhereJinja2Fails, ::testing::ValuesIn(kErrorCases),
+INSTANTIATE_TEST_SUITE_P(TemplateErrors, TemplateFailsWhereJinja2Fails, ::testing::ValuesIn(kErrorCases),
                          [](const auto& case_info) { return std::string(case_info.param.name); });
 
 // ---- parse errors ----

@@ -12,6 +12,7 @@
 #include "codec/cuda/gpu_codec.h"
 #include "codec_test_data.h"
 #include "cuda/device.h"
+#include "gpu_test_policy.h"
 
 namespace hiq {
 namespace {
@@ -43,8 +44,7 @@ std::string describe(const ::testing::TestParamInfo<GpuCodecCase>& info) {
 class GpuCodec : public ::testing::TestWithParam<GpuCodecCase> {
  protected:
   void SetUp() override {
-    auto gpus = cuda::query_gpus();
-    if (!gpus) GTEST_SKIP() << gpus.status().message();
+    HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
     layout_ = *RecordLayout::make(GetParam().codec, GetParam().shape, GetParam().align);
   }
 

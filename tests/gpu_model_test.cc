@@ -15,6 +15,7 @@
 
 #include "cache/radix_cache.h"
 #include "cuda/device.h"
+#include "gpu_test_policy.h"
 #include "engine/cuda_model_runner.h"
 #include "engine/scheduler.h"
 #include "memory/cuda_device_kv_pool.h"
@@ -32,8 +33,7 @@ using testing::TinyModel;
 class GpuModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto gpus = cuda::query_gpus();
-    if (!gpus) GTEST_SKIP() << gpus.status().message();
+    HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
   }
 };
 

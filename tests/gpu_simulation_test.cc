@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/device.h"
+#include "gpu_test_policy.h"
 #include "engine/simulation.h"
 #include "kv/model_config.h"
 
@@ -41,8 +42,7 @@ std::vector<Request> workload() {
 class GpuSimulation : public ::testing::TestWithParam<CodecKind> {
  protected:
   void SetUp() override {
-    auto gpus = cuda::query_gpus();
-    if (!gpus) GTEST_SKIP() << gpus.status().message();
+    HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
   }
 };
 
@@ -68,7 +68,7 @@ INSTANTIATE_TEST_SUITE_P(AllCodecs, GpuSimulation, ::testing::ValuesIn(kAllCodec
                          [](const ::testing::TestParamInfo<CodecKind>& p) { return std::string(codec_name(p.param)); });
 
 TEST(GpuSimulationFaults, FailedRestoresAreRecomputedNeverServed) {
-  if (!cuda::query_gpus()) GTEST_SKIP() << "no GPU";
+  HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
   SimulationConfig c = config(SimBackend::kCuda, CodecKind::kInt8);
   int loads = 0;
   c.transfer_fault = [&loads](Ticket, TransferKind kind, int layer) {

@@ -15,6 +15,7 @@
 
 #include "codec_test_data.h"
 #include "cuda/device.h"
+#include "gpu_test_policy.h"
 #include "engine/simulation.h"
 #include "kv/model_config.h"
 #include "memory/cuda_device_kv_pool.h"
@@ -39,8 +40,7 @@ KvGeometry odd_geometry() {  // head_dim 40: not a multiple of 8
 class GpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto gpus = cuda::query_gpus();
-    if (!gpus) GTEST_SKIP() << gpus.status().message();
+    HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
   }
 };
 
@@ -210,8 +210,7 @@ struct EngineCase {
 class GpuEngineRoundTrip : public ::testing::TestWithParam<EngineCase> {
  protected:
   void SetUp() override {
-    auto gpus = cuda::query_gpus();
-    if (!gpus) GTEST_SKIP() << gpus.status().message();
+    HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
   }
 };
 

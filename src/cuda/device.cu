@@ -19,12 +19,19 @@ Result<Versions> versions() {
 Result<std::vector<GpuInfo>> query_gpus() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
-  // Any failure to count devices (no device, no or stub driver, a driver older
-  // than the runtime, devices busy) means no GPU is usable here, not a bug.
-  if (err != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();  // clear the error for later calls
-    return unavailable(std::string("no usable CUDA device: ") +
-                       (err == cudaSuccess ? "none found" : cudaGetErrorString(err)));
+  (void)cudaGetLastError();  // clear the error for later calls
+  // kUnavailable only where no GPU is to be had: no device, or no driver (none
+  // loaded, or the toolkit's stub, which reports version 0). Any other failure
+  // (a driver older than the runtime, devices busy or lost) is a broken GPU
+  // machine, and says so as an error: GPU tests fail on it instead of skipping.
+  if (err == cudaSuccess && count == 0) return unavailable("no usable CUDA device: none found");
+  if (err == cudaErrorNoDevice) return unavailable(std::string("no usable CUDA device: ") + cudaGetErrorString(err));
+  if (err != cudaSuccess) {
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0)
+      return unavailable(std::string("no usable CUDA device: no CUDA driver is loaded (") +
+                         cudaGetErrorString(err) + ")");
+    return cuda_status(err, "cudaGetDeviceCount");
   }
   std::vector<GpuInfo> gpus;
   for (int i = 0; i < count; ++i) {

@@ -36,7 +36,8 @@ struct Versions {
 Result<Versions> versions();
 
 // Every visible GPU; kUnavailable when the build has no CUDA, no driver is
-// loaded or no device is present (the message says which).
+// loaded or no device is present (the message says which); kInternal when the
+// query itself fails on a machine that has a driver (a broken GPU machine).
 Result<std::vector<GpuInfo>> query_gpus();
 
 }  // namespace hiq::cuda

@@ -278,20 +278,22 @@ TEST(OpenAiRequest, ChatMessages) {
                                     kLimits);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   // What the template reads: roles (developer as system), joined text parts, names; nothing else.
-  EXPECT_EQ(r->messages, json::parse(R"([
+  EXPECT_EQ(r->messages, nlohmann::ordered_json::parse(R"([
       {"role": "system", "content": "Be brief."},
       {"role": "system", "content": "dev"},
       {"role": "user", "content": "part one\npart two", "name": "alice"},
       {"role": "assistant", "content": "ok"}])"));
   EXPECT_EQ(r->params.max_tokens, kLimits.default_chat_max_tokens);
   EXPECT_TRUE(r->add_generation_prompt);
-  EXPECT_EQ(r->chat_template_kwargs, json::object());
+  EXPECT_TRUE(r->chat_template_kwargs.empty());
 }
 
 TEST(OpenAiRequest, ChatTemplateOptions) {
   const auto r = chat(R"("chat_template_kwargs": {"enable_thinking": false, "x": [1]}, "add_generation_prompt": false)");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  EXPECT_EQ(r->chat_template_kwargs, json::parse(R"({"enable_thinking": false, "x": [1]})"));
+  EXPECT_EQ(r->chat_template_kwargs, nlohmann::ordered_json::parse(R"({"enable_thinking": false, "x": [1]})"));
+  // Keys keep the order they were sent in: a template's tojson prints them so.
+  EXPECT_EQ(chat(R"("chat_template_kwargs": {"z": 1, "a": 2})")->chat_template_kwargs.dump(), R"({"z":1,"a":2})");
   EXPECT_FALSE(r->add_generation_prompt);
   const auto thinking = parse_chat_request(R"({"messages": [{"role": "assistant", "content": "a",
       "reasoning_content": "because"}]})", kLimits);

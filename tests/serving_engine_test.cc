@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/log.h"
 #include "engine/cpu_model_runner.h"
 #include "engine/serving_engine.h"
 #include "model/cpu_forward.h"
@@ -249,6 +250,55 @@ TEST_F(ServingEngineTest, LogprobsAreTheModelsOwn) {
   }
 }
 
+// --max-queued-requests: with the engine held in a forward pass, what waits
+// is exactly what was submitted after it; one more than the bound is refused.
+TEST_F(ServingEngineTest, AFullQueueRefusesNewRequests) {
+  engine_.reset();
+  SchedulerOptions options;
+  options.max_queued_requests = 2;
+  engine_ = std::make_unique<ServingEngine>(*cache_, *l1_, transfer_.get(), *runner_control_, options);
+  runner_control_->allow(1);
+  auto running = engine_->submit(request(prompt_of(0, 1), 3));
+  ASSERT_TRUE(running.is_ok());
+  ASSERT_TRUE((*running)->next(30s).has_value());
+  runner_control_->wait_until_held();  // prefilled, held before its first decode step: it no longer waits
+  auto second = engine_->submit(request(prompt_of(1, 1), 3));
+  auto third = engine_->submit(request(prompt_of(2, 1), 3));
+  ASSERT_TRUE(second.is_ok() && third.is_ok());
+  auto refused = engine_->submit(request(prompt_of(0, 2), 3));
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("the queue is full (2 requests waiting, the bound is 2)"),
+            std::string::npos) << refused.status().message();
+  std::vector<Request> two(2, request(prompt_of(0, 2), 3));
+  EXPECT_FALSE(engine_->submit(two).is_ok()) << "n choices count as n requests";
+  EXPECT_EQ(engine_->stats().rejected_queue_full, 2u);
+  runner_control_->allow(-1);
+  for (auto* s : {&running, &second, &third}) EXPECT_EQ(read_all(***s).result.finish_reason, FinishReason::kLength);
+  EXPECT_TRUE(engine_->submit(request(prompt_of(0, 2), 3)).is_ok()) << "room again";
+}
+
+// Stopping backs up nothing new: KV that finished requests leave in the tree stays device-only.
+TEST_F(ServingEngineTest, StoppingBacksUpNothingNew) {
+  const auto prompt = prompt_of(1, 3);
+  runner_control_->allow(1);
+  auto stream = engine_->submit(request(prompt, 50));
+  ASSERT_TRUE(stream.is_ok());
+  ASSERT_TRUE((*stream)->next(30s).has_value());
+  runner_control_->wait_until_held();
+  std::thread stopper([&] { engine_->stop(); });
+  while (!engine_->stopping()) std::this_thread::yield();
+  runner_control_->allow(-1);
+  stopper.join();
+  const Read read = read_all(**stream);
+  EXPECT_EQ(read.result.finish_reason, FinishReason::kCancelled);
+  ASSERT_EQ(read.result.output.size(), 2u);  // the held decode step ran
+  cache_->drain_transfers();
+  // Write-through backed up the prompt when it was inserted, before the stop;
+  // the token inserted when the cancelled request finished stays device-only.
+  EXPECT_EQ(cache_->stats().backup_tokens, prompt.size());
+}
+
 TEST_F(ServingEngineTest, AStopTokenEndsTheRequest) {
   const auto prompt = prompt_of(1, 1);
   const auto alone = model_.generate_alone(prompt, 6);
@@ -298,6 +348,12 @@ TEST_F(ServingEngineTest, SeededSamplingIsReproducible) {
 }
 
 TEST_F(ServingEngineTest, AFailingModelFailsItsBatchAndTheEngineGoesOn) {
+  std::vector<std::string> lines;
+  std::mutex lines_mutex;
+  set_log_sink([&](LogLevel level, std::string_view component, std::string_view message) {
+    std::lock_guard lock(lines_mutex);
+    lines.push_back(std::string(log_level_name(level)) + " " + std::string(component) + ": " + std::string(message));
+  });
   runner_control_->fail_ = true;
   auto failed = engine_->submit(request(prompt_of(0, 0), 4));
   ASSERT_TRUE(failed.is_ok());
@@ -305,6 +361,14 @@ TEST_F(ServingEngineTest, AFailingModelFailsItsBatchAndTheEngineGoesOn) {
   ASSERT_TRUE(r.finished);
   EXPECT_EQ(r.result.finish_reason, FinishReason::kError);
   EXPECT_NE(r.result.status.message().find("injected"), std::string::npos);
+  {
+    // The operator sees it too: one error line with the request and the reason.
+    std::lock_guard lock(lines_mutex);
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_NE(lines[0].find("error engine: request "), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find("injected model failure"), std::string::npos) << lines[0];
+  }
+  set_log_sink(nullptr);
   auto ok = engine_->submit(request(prompt_of(0, 0), 4));
   ASSERT_TRUE(ok.is_ok());
   const Read good = read_all(**ok);

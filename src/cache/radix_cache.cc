@@ -295,6 +295,7 @@ void RadixCache::maybe_backup(RadixNode* node) {
 }
 
 void RadixCache::start_backup(RadixNode* node) {
+  if (backups_stopped_) return;
   auto slots = allocate_l2(node->size());
   if (!slots) {
     stats_.backup_skipped_tokens += node->size();

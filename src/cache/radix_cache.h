@@ -184,6 +184,10 @@ class RadixCache {
   Status check_invariants() const;
   // Removes every node that nothing locks or transfers (e.g. /flush_cache).
   void clear();
+  // From now on no backup starts (a server shutting down writes nothing new
+  // to L2): nodes stay device-only, and L1 eviction drops them. Backups in
+  // flight complete as usual.
+  void stop_backups() { backups_stopped_ = true; }
 
  private:
   friend class CacheLock;
@@ -213,6 +217,7 @@ class RadixCache {
   size_t l1_tokens_ = 0, l2_tokens_ = 0;
   uint64_t clock_ = 0;  // logical time: the order of accesses is all LRU needs
   RadixCacheStats stats_;
+  bool backups_stopped_ = false;
 };
 
 }  // namespace hiq

@@ -33,6 +33,9 @@ struct SchedulerOptions {
   // is a bug); true finishes the batch's requests with that error and goes on
   // (a server, which must survive it).
   bool fail_requests_on_model_error = false;
+  // Requests that may wait for admission (SGLang --max-queued-requests); a
+  // server refuses more with kResourceExhausted (ServingEngine::submit). 0: no bound.
+  size_t max_queued_requests = 0;
 };
 
 enum class FinishReason : uint8_t {

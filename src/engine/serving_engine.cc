@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "core/log.h"
+
 namespace hiq {
 
 std::optional<GenerationEvent> GenerationStream::next(std::chrono::milliseconds timeout) {
@@ -36,6 +38,7 @@ ServingEngine::ServingEngine(RadixCache& cache, DeviceKvPool& l1, TransferEngine
       l2_(l2),
       transfer_(engine),
       runner_(runner),
+      options_(options),
       scheduler_(cache, l1, engine, runner, serving_options(options)) {
   stats_.l1_free_slots = l1_.allocator().free_count();
   thread_ = std::thread([this] { loop(); });
@@ -71,6 +74,14 @@ Result<std::shared_ptr<GenerationStream>> ServingEngine::submit(std::vector<Requ
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return unavailable("the server is shutting down");
+    // The queue: what waits for admission, and what the engine thread has not taken yet.
+    const size_t bound = options_.max_queued_requests;
+    const size_t queued = stats_.waiting + submissions_.size() + in_transit_;
+    if (bound > 0 && queued + choices.size() > bound) {
+      ++stats_.rejected_queue_full;
+      return resource_exhausted("the queue is full (" + std::to_string(queued) + " requests waiting, the bound is " +
+                                std::to_string(bound) + "); retry later");
+    }
     std::vector<uint64_t> ids;
     for (Request& request : choices) ids.push_back(request.id = next_id_++);
     stream = std::make_shared<GenerationStream>(std::move(ids));
@@ -138,6 +149,14 @@ void ServingEngine::dispatch() {
     it->second.stream->push(std::move(event));
   }
   for (RequestResult& r : finished) {
+    if (const auto failure = step_failures_.find(r.id); failure != step_failures_.end()) {
+      r.finish_reason = FinishReason::kError;
+      r.status = failure->second;
+      step_failures_.erase(failure);
+    }
+    if (r.finish_reason == FinishReason::kError)  // a request L1 cannot hold is the client's; a failed step is ours
+      log(r.status.code() == StatusCode::kResourceExhausted ? LogLevel::kWarning : LogLevel::kError, "engine",
+          "request " + std::to_string(r.id) + " failed: " + r.status.to_string());
     ++stats_.finished;
     if (r.finish_reason == FinishReason::kError) ++stats_.failed;
     if (r.finish_reason == FinishReason::kCancelled) ++stats_.cancelled;
@@ -173,14 +192,22 @@ void ServingEngine::loop() {
       if (idle && submissions_.empty() && cancellations_.empty() && !flush_requested_ && !stopping_)
         wake_.wait_for(lock, kIdlePoll);
       submissions.swap(submissions_);
+      in_transit_ = submissions.size();
       cancellations.swap(cancellations_);
       flush = std::exchange(flush_requested_, false);
       stopping = stopping_;
     }
     for (Request& r : submissions) scheduler_.submit(std::move(r), runner_.now());
+    if (!submissions.empty()) {  // the queue bound counts them as waiting from now on
+      std::lock_guard lock(mutex_);
+      stats_.waiting = scheduler_.waiting();
+      in_transit_ = 0;
+    }
     for (uint64_t id : cancellations) (void)scheduler_.cancel(id);
     if (stopping) {
-      // Cancel what is left, let the scheduler finish it, and leave.
+      // Cancel what is left, let the scheduler finish it, and leave. Nothing
+      // new goes to L2: a process that is going away has no use for it.
+      cache_.stop_backups();
       std::vector<uint64_t> ids;
       {
         std::lock_guard lock(mutex_);
@@ -211,13 +238,18 @@ void ServingEngine::loop() {
       const Result<bool> stepped = scheduler_.step();
       if (!stepped.is_ok()) {
         // With fail_requests_on_model_error the scheduler only returns
-        // errors for broken invariants: fail every request rather than die.
+        // errors for broken invariants: fail every request (with the reason)
+        // rather than die.
+        log(LogLevel::kError, "engine", "step failed, failing every request: " + stepped.status().to_string());
         std::vector<uint64_t> ids;
         {
           std::lock_guard lock(mutex_);
           for (const auto& [id, reader] : streams_) ids.push_back(id);
         }
-        for (uint64_t id : ids) (void)scheduler_.cancel(id);
+        for (uint64_t id : ids) {
+          (void)scheduler_.cancel(id);
+          step_failures_[id] = stepped.status();
+        }
       }
     } else {
       cache_.poll_transfers();

@@ -71,6 +71,7 @@ struct ServingStats {
   RadixCacheStats cache;
   size_t waiting = 0, running = 0;
   uint64_t submitted = 0, finished = 0, failed = 0, cancelled = 0;
+  uint64_t rejected_queue_full = 0;  // submissions refused by SchedulerOptions::max_queued_requests
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t cached_l1_tokens = 0, cached_l2_tokens = 0;  // prompt tokens served from each tier
   size_t l1_free_slots = 0;
@@ -90,7 +91,8 @@ class ServingEngine {
 
   // Queues `request` (its id is assigned here) and returns its stream.
   // Errors: an empty prompt or max_new_tokens < 1 (kInvalidArgument), bad
-  // sampling parameters or logprobs, or an engine that is stopping
+  // sampling parameters or logprobs, a full queue (kResourceExhausted, with
+  // SchedulerOptions::max_queued_requests), or an engine that is stopping
   // (kUnavailable).
   Result<std::shared_ptr<GenerationStream>> submit(Request request);
   // Queues several requests (at least one) whose events share one stream;
@@ -118,11 +120,13 @@ class ServingEngine {
   const HostKvPool* l2_;
   TransferEngine* transfer_;
   ModelRunner& runner_;
+  const SchedulerOptions options_;
   Scheduler scheduler_;
 
   mutable std::mutex mutex_;              // guards everything below
   std::condition_variable wake_;
   std::vector<Request> submissions_;
+  size_t in_transit_ = 0;  // submissions the engine thread took and has not yet queued in the scheduler
   std::vector<uint64_t> cancellations_;
   bool flush_requested_ = false;
   std::optional<Status> flush_result_;
@@ -134,6 +138,7 @@ class ServingEngine {
     size_t choice = 0;
   };
   std::unordered_map<uint64_t, Reader> streams_;  // request id → its stream
+  std::unordered_map<uint64_t, Status> step_failures_;  // engine thread only: requests a failed step cancelled
   ServingStats stats_;
   std::thread thread_;
 };

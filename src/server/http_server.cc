@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/log.h"
 #include "server/metrics.h"
 #include "server/stop_matcher.h"
 #include "tokenizer/chat_template.h"
@@ -44,12 +45,18 @@ struct Job {
 
 void write_error(httplib::Response& res, const openai::ProtocolError& error) {
   res.status = error.http_status;
+  // A full queue or a server going away: a client may try again (or elsewhere) soon.
+  if (error.http_status == 503) res.set_header("Retry-After", "1");
   res.set_content(openai::error_body(error), "application/json");
 }
 void write_status(httplib::Response& res, const Status& status) { write_error(res, openai::protocol_error(status)); }
 
 openai::FinishReason finish_reason_of(FinishReason reason) {
-  return reason == FinishReason::kLength ? openai::FinishReason::kLength : openai::FinishReason::kStop;
+  switch (reason) {
+    case FinishReason::kLength: return openai::FinishReason::kLength;
+    case FinishReason::kCancelled: return openai::FinishReason::kAbort;
+    default: return openai::FinishReason::kStop;
+  }
 }
 
 }  // namespace
@@ -81,6 +88,7 @@ struct HttpServer::Impl {
   Family<Counter>* step_seconds = nullptr;
   Family<Counter>* queue_seconds = nullptr;
   Family<Counter>* admission_waits = nullptr;
+  Family<Counter>* rejected = nullptr;
   Family<Gauge>* running = nullptr;
   Family<Gauge>* queued = nullptr;
   Family<Gauge>* hit_rate = nullptr;
@@ -126,6 +134,8 @@ struct HttpServer::Impl {
                                       "Seconds requests waited from arrival to admission, summed");
     admission_waits = *registry.counter("hiq:admission_waits_total",
                                         "Steps whose next request had to wait for L1 room");
+    rejected = *registry.counter("hiq:rejected_requests_total",
+                                 "Requests refused before they were queued, by reason (queue_full)", {"reason"});
     running = *registry.gauge("sglang:num_running_reqs", "Requests running");
     queued = *registry.gauge("sglang:num_queue_reqs", "Requests waiting");
     hit_rate = *registry.gauge("sglang:cache_hit_rate", "Matched prompt tokens / looked-up prompt tokens");
@@ -162,6 +172,7 @@ struct HttpServer::Impl {
     sync(step_seconds->with({"decode"}), s.scheduler.decode_seconds);
     sync(queue_seconds->get(), s.scheduler.queue_seconds);
     sync(admission_waits->get(), static_cast<double>(s.scheduler.admission_waits));
+    sync(rejected->with({"queue_full"}), static_cast<double>(s.rejected_queue_full));
     running->get().set(static_cast<double>(s.running));
     queued->get().set(static_cast<double>(s.waiting));
     hit_rate->get().set(s.cache.match_tokens > 0 ? static_cast<double>(s.cache.hit_tokens_l1 + s.cache.hit_tokens_l2) /
@@ -328,10 +339,10 @@ struct HttpServer::Impl {
     }
     // The prompt's entries: its first token has no log-probability.
     void set_prompt_logprobs(const std::vector<int32_t>& prompt, const std::vector<TokenLogprobs>& given) {
-      openai::LogprobEntry first;
-      first.chosen = {token_text(prompt.front()), 0};
-      first.has_logprob = false;
-      prompt_logprobs.push_back(std::move(first));
+      openai::LogprobEntry opening;
+      opening.chosen = {token_text(prompt.front()), 0};
+      opening.has_logprob = false;
+      prompt_logprobs.push_back(std::move(opening));
       for (const TokenLogprobs& l : given) prompt_logprobs.push_back(entry(l));
     }
     openai::FinishReason finish_reason() const {
@@ -593,7 +604,15 @@ struct HttpServer::Impl {
     server.set_payload_max_length(options.limits.max_body_bytes);
     const int threads = options.threads;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-    server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr e) {
+      std::string what = "an unknown exception";
+      try {
+        if (e) std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        what = x.what();
+      } catch (...) {
+      }
+      log(LogLevel::kError, "http", req.method + " " + req.path + " threw: " + what);
       write_status(res, internal_error("the server failed on this request"));
     });
     server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -644,6 +663,14 @@ struct HttpServer::Impl {
     });
   }
 };
+
+Status HttpOptions::validate() const {
+  if (port < 0 || port > 65535) return invalid_argument("port must be in [0, 65535], got " + std::to_string(port));
+  // No thread: connections are accepted and never answered.
+  if (threads < 1 || threads > 4096) return invalid_argument("threads must be in [1, 4096], got " + std::to_string(threads));
+  if (host.empty()) return invalid_argument("host must not be empty");
+  return limits.validate();
+}
 
 HttpServer::HttpServer(ServingStack& stack, HttpOptions options)
     : impl_(std::make_unique<Impl>(stack, std::move(options))) {}

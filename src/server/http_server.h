@@ -32,6 +32,9 @@ struct HttpOptions {
   openai::ProtocolLimits limits;   // body size, prompt length, max_tokens
   int threads = 32;                // connections served at once
   ReasoningFormat reasoning = ReasoningFormat::kNone;  // --reasoning-parser: chat's reasoning_content
+
+  // Errors start with the field's name ("threads must be ...").
+  Status validate() const;
 };
 
 class HttpServer {

@@ -106,12 +106,13 @@ struct ChatRequest {
   // (system, user or assistant; "developer" becomes "system") and "content"
   // (a string: text parts are joined with "\n", as vLLM does), and
   // "reasoning_content" and "name" where the client sent them.
-  nlohmann::json messages = nlohmann::json::array();
+  // Key order as sent (a template's tojson prints it), hence ordered_json.
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   GenerationParams params;
   bool add_generation_prompt = true;    // end the prompt with the assistant's header (vLLM extension)
   // Variables for the template (SGLang's and vLLM's chat_template_kwargs),
   // e.g. {"enable_thinking": false} for Qwen3; an object.
-  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
 };
 
 // POST /tokenize: text, or a conversation through the chat template (vLLM's
@@ -167,8 +168,9 @@ std::string error_body(const ProtocolError& error);
 enum class FinishReason : uint8_t {
   kStop,    // end-of-sequence, a stop token or a stop string
   kLength,  // max_tokens reached, or the context is full
+  kAbort,   // cancelled by the server (it is shutting down) before either (SGLang's and vLLM's "abort")
 };
-std::string_view finish_reason_name(FinishReason reason);  // "stop", "length"
+std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "abort"
 
 // Token counts of one request. cached = prompt tokens served from the KV
 // cache instead of being computed, split by the tier they were found in.

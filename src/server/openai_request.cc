@@ -16,7 +16,8 @@
 namespace hiq::openai {
 namespace {
 
-using nlohmann::json;
+// Requests keep their keys in the order sent: chat templates print them.
+using json = nlohmann::ordered_json;
 
 constexpr size_t kMaxStops = 4;  // OpenAI's limit
 

@@ -208,6 +208,7 @@ std::string_view finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
   }
   return "stop";
 }

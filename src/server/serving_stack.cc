@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/cpu_model_runner.h"
+#include "kv/geometry.h"
 #include "engine/cuda_model_runner.h"
 #include "memory/cuda_device_kv_pool.h"
 #include "model/cuda_model.h"
@@ -34,10 +35,25 @@ Result<std::unique_ptr<ChatTemplate>> load_chat_template(const ServeConfig& c, c
 
 }  // namespace
 
+Status ServeConfig::validate() const {
+  if (model_dir.empty()) return invalid_argument("model_dir must name a model directory");
+  if (device != "cpu" && device != "cuda") return invalid_argument("device must be cpu or cuda, not '" + device + "'");
+  if (page_size < 1 || page_size > kMaxPageSize)
+    return invalid_argument("page_size must be in [1, " + std::to_string(kMaxPageSize) + "], got " +
+                            std::to_string(page_size));
+  if (max_total_tokens != 0 && max_total_tokens < static_cast<size_t>(page_size))
+    return invalid_argument("max_total_tokens must hold at least one page (" + std::to_string(page_size) +
+                            " tokens), got " + std::to_string(max_total_tokens));
+  if (scheduler.max_prefill_tokens < 1) return invalid_argument("max_prefill_tokens must be positive");
+  if (scheduler.max_running_requests < 1) return invalid_argument("max_running_requests must be positive");
+  if (transfer_workers < 1 || transfer_workers > 256) return invalid_argument("transfer_workers must be in [1, 256]");
+  return Status::ok();
+}
+
 ServingModel::~ServingModel() = default;
 
 Result<std::shared_ptr<ServingModel>> ServingModel::load(const ServeConfig& c) {
-  if (c.device != "cpu" && c.device != "cuda") return invalid_argument("--device must be cpu or cuda");
+  HIQ_RETURN_IF_ERROR(c.validate());
   auto m = std::shared_ptr<ServingModel>(new ServingModel());
   m->device_ = c.device;
   HIQ_ASSIGN_OR_RETURN(m->model_, LoadedModel::load(c.model_dir));
@@ -85,6 +101,7 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c)
 
 Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
                                                            std::shared_ptr<const ServingModel> model) {
+  HIQ_RETURN_IF_ERROR(c.validate());
   auto s = std::unique_ptr<ServingStack>(new ServingStack());
   s->model_ = std::move(model);
   const LoadedModel& m = s->model_->checkpoint();

@@ -40,6 +40,10 @@ struct ServeConfig {
   int transfer_workers = 2;         // CPU transfer engine threads
   std::string served_model_name;    // --served-model-name; empty: the directory's name
   std::string chat_template_file;   // --chat-template: a Jinja file (or a JSON with "chat_template"); empty: the model's
+
+  // Errors (kInvalidArgument) start with the field's name ("page_size must
+  // be ..."), so a caller can say which flag it came from.
+  Status validate() const;
 };
 
 // The model half of a stack. Immutable once loaded; a stack using it reads

@@ -1,13 +1,20 @@
 // `hiq serve --model DIR`: the OpenAI-compatible server (server/http_server.h)
 // over the hierarchical cache, on the CPU or the CUDA backend. SIGINT and
-// SIGTERM stop it gracefully: no new connections, running requests are
-// cancelled and answered, the cache's transfers drain.
+// SIGTERM stop it gracefully: new requests get a 503, running and queued ones
+// are cancelled and answered (finish_reason "abort"), nothing new is backed
+// up to L2, the transfers in flight drain, and the process exits — within
+// --shutdown-timeout, after which it exits anyway (status 1).
 #include <pthread.h>
 #include <signal.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
+#include "core/log.h"
 #include "core/units.h"
 #include "server/http_server.h"
 #include "tools/hiq/commands.h"
@@ -16,13 +23,34 @@
 namespace hiq::cli {
 namespace {
 
-int run_serve(ServeFlags& f) {
+struct ServeOnlyFlags {
+  std::string reasoning_parser = "";
+  std::string log_level = "info";
+  double shutdown_timeout_s = 5.0;
+};
+
+int run_serve(ServeFlags& f, const ServeOnlyFlags& o) {
   auto config = build_stack_config(f);
   if (!config) return report_error("serve", config.status());
-  if (Status limits = f.http.limits.validate(); !limits.is_ok()) return report_error("serve", limits);
-  auto reasoning = parse_reasoning_format(f.reasoning_parser);
+  // Defaults never exceed the limit a user lowered.
+  auto& limits = f.http.limits;
+  limits.default_chat_max_tokens = std::min(limits.default_chat_max_tokens, limits.max_max_tokens);
+  limits.default_completion_max_tokens = std::min(limits.default_completion_max_tokens, limits.max_max_tokens);
+  const Status http = with_flag_names(f.http.validate(), {{"port", "--port"},
+                                                          {"threads", "--threads"},
+                                                          {"host", "--host"},
+                                                          {"max_body_bytes", "--max-body-bytes"},
+                                                          {"max_prompt_tokens", "--max-prompt-tokens"},
+                                                          {"max_max_tokens", "--max-tokens-limit"}});
+  if (!http.is_ok()) return report_error("serve", http);
+  auto reasoning = parse_reasoning_format(o.reasoning_parser);
   if (!reasoning) return report_error("serve", invalid_argument("--reasoning-parser: " + reasoning.status().message()));
   f.http.reasoning = *reasoning;
+  auto level = parse_log_level(o.log_level);
+  if (!level) return report_error("serve", invalid_argument("--log-level: " + level.status().message()));
+  set_log_level(*level);
+  if (!(o.shutdown_timeout_s > 0 && o.shutdown_timeout_s <= 3600))
+    return report_error("serve", invalid_argument("--shutdown-timeout must be in (0, 3600] seconds"));
   // SIGINT and SIGTERM go to one waiting thread (blocked everywhere else,
   // including the threads the stack and the server start).
   sigset_t signals;
@@ -48,6 +76,17 @@ int run_serve(ServeFlags& f) {
     int signal = 0;
     sigwait(&signals, &signal);
     std::fprintf(stderr, "hiq serve: %s, shutting down\n", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    std::fflush(stderr);
+    // A watchdog: whatever hangs, the process is gone within the grace period.
+    std::thread([timeout = o.shutdown_timeout_s] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(timeout));
+      log(LogLevel::kError, "serve", "did not stop within --shutdown-timeout; exiting");
+      ::_exit(1);
+    }).detach();
+    // The engine first: new submissions get a 503, running and queued
+    // requests are cancelled and answered, nothing new is backed up. Then the
+    // HTTP server, whose handlers now return at once.
+    (*stack)->engine().stop();
     server.stop();
   });
   const Status served = server.serve();
@@ -79,9 +118,14 @@ Subcommand add_serve_command(CLI::App& parent) {
   app->add_option("--max-body-bytes", f->http.limits.max_body_bytes, "Largest request body accepted")
       ->capture_default_str();
   app->add_option("--threads", f->http.threads, "Connections served at once")->capture_default_str();
-  app->add_option("--reasoning-parser", f->reasoning_parser,
+  auto o = std::make_shared<ServeOnlyFlags>();
+  app->add_option("--log-level", o->log_level, "debug, info, warning, error or off")->capture_default_str();
+  app->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                  "Seconds SIGTERM/SIGINT may take to cancel, answer and exit before the process exits anyway")
+      ->capture_default_str();
+  app->add_option("--reasoning-parser", o->reasoning_parser,
                   "Split chat output's thinking into reasoning_content: qwen3 or deepseek-r1");
-  return {app, [f] { return run_serve(*f); }};
+  return {app, [f, o] { return run_serve(*f, *o); }};
 }
 
 }  // namespace hiq::cli

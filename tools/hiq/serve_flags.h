@@ -8,6 +8,7 @@
 #include "codec/codec.h"
 #include "core/units.h"
 #include "server/http_server.h"
+#include "tools/hiq/flag_errors.h"
 #include "tools/hiq/host_tier_flags.h"
 
 namespace hiq::cli {
@@ -19,14 +20,13 @@ struct ServeFlags {
   HostTierFlags host;
   int64_t max_prefill_tokens = 16384;
   int64_t max_running_requests = 256;
-  std::string reasoning_parser;  // --reasoning-parser (serve only)
+  int64_t max_queued_requests = 0;
 };
 
 inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
   ServeConfig c = f.config;
   if (f.max_total_tokens < 0) return invalid_argument("--max-total-tokens must not be negative");
   c.max_total_tokens = static_cast<size_t>(f.max_total_tokens);
-  if (c.page_size < 1) return invalid_argument("--page-size must be positive");
   c.hicache = !f.host.none;
   HIQ_ASSIGN_OR_RETURN(c.host, host_tier_options(f.host));
   HIQ_ASSIGN_OR_RETURN(c.cache.write_policy, parse_write_policy(f.host.write_policy));
@@ -34,6 +34,14 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
   c.scheduler.max_prefill_tokens = static_cast<size_t>(f.max_prefill_tokens);
   if (f.max_running_requests <= 0) return invalid_argument("--max-running-requests must be positive");
   c.scheduler.max_running_requests = static_cast<size_t>(f.max_running_requests);
+  if (f.max_queued_requests < 0) return invalid_argument("--max-queued-requests must not be negative");
+  c.scheduler.max_queued_requests = static_cast<size_t>(f.max_queued_requests);
+  HIQ_RETURN_IF_ERROR(with_flag_names(c.validate(), {{"model_dir", "--model"},
+                                                     {"device", "--device"},
+                                                     {"page_size", "--page-size"},
+                                                     {"max_total_tokens", "--max-total-tokens"},
+                                                     {"max_prefill_tokens", "--max-prefill-tokens"},
+                                                     {"max_running_requests", "--max-running-requests"}}));
   return c;
 }
 
@@ -51,6 +59,9 @@ inline void add_stack_flags(CLI::App* app, ServeFlags& flags) {
   app->add_option("--max-prefill-tokens", f->max_prefill_tokens, "New prompt tokens per prefill step")
       ->capture_default_str();
   app->add_option("--max-running-requests", f->max_running_requests, "Requests running at once")
+      ->capture_default_str();
+  app->add_option("--max-queued-requests", f->max_queued_requests,
+                  "Requests that may wait for admission; more get a 503 with Retry-After (0: no bound)")
       ->capture_default_str();
 }
 

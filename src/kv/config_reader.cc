@@ -38,22 +38,6 @@ Result<ConfigFile> read_config_file(const std::string& path) {
   return ConfigFile{file.string(), text.str()};
 }
 
-std::string describe_json_value(const json& value) {
-  constexpr size_t kMaxChars = 80;
-  switch (value.type()) {
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::binary: return "binary data";
-    case json::value_t::discarded: return "nothing";
-    default: break;
-  }
-  // A scalar: dump() is not recursive here, and the parser has already
-  // rejected invalid UTF-8, so it cannot throw.
-  std::string text = value.dump();
-  if (text.size() > kMaxChars) text = text.substr(0, kMaxChars) + "...";
-  return text;
-}
-
 ConfigReader::ConfigReader(const json& object, std::string_view source, std::string_view prefix)
     : object_(object), source_(source), prefix_(prefix) {}
 

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/json_input.h"
 #include "core/status.h"
 
 namespace hiq {
@@ -25,11 +26,6 @@ struct ConfigFile {
 // kNotFound for a missing file, kInvalidArgument for a directory, a special
 // file or one over 16 MiB (real configs are a few KB), kDataLoss when reading fails.
 Result<ConfigFile> read_config_file(const std::string& path);
-
-// A short rendering of a JSON value for error messages. Containers are named by
-// kind and long strings are cut, so a hostile file (deep nesting, a megabyte
-// string) cannot blow up a message or the stack.
-std::string describe_json_value(const nlohmann::json& value);
 
 // invalid_argument("<source>: field '<field>' <problem>").
 Status config_field_error(std::string_view source, std::string_view field, std::string_view problem);

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/mapped_file.h"
-#include "model/strict_json.h"
+#include "core/json_input.h"
 
 namespace hiq {
 namespace {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kv/config_reader.h"
-#include "model/strict_json.h"
+#include "core/json_input.h"
 
 namespace hiq {
 namespace {

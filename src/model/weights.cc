@@ -3,7 +3,7 @@
 #include <set>
 #include <string_view>
 
-#include "model/strict_json.h"
+#include "core/json_input.h"
 
 namespace hiq {
 namespace {

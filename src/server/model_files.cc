@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_input.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hiq {
@@ -13,13 +14,22 @@ namespace {
 
 using nlohmann::json;
 
-// The JSON of DIR/NAME; null when the file does not exist.
+// The JSON object of DIR/NAME (a small file: at most 16 MiB); null when the
+// file does not exist.
 Result<json> read_json(const std::string& dir, const char* name) {
   const std::filesystem::path path = std::filesystem::path(dir) / name;
-  std::ifstream in(path);
-  if (!in) return json();
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return invalid_argument(path.string() + ": not a valid JSON object");
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return json();
+  constexpr uintmax_t kMaxBytes = 16 << 20;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  if (error || !std::filesystem::is_regular_file(path)) return invalid_argument(path.string() + ": not a readable file");
+  if (size > kMaxBytes) return invalid_argument(path.string() + ": larger than 16 MiB");
+  std::ifstream in(path, std::ios::binary);
+  std::string text(static_cast<size_t>(size), '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(size))) return invalid_argument(path.string() + ": cannot be read");
+  Result<json> j = parse_strict_json(text, path.string(), /*max_nesting=*/64);
+  if (!j.is_ok()) return invalid_argument(j.status().message());
+  if (!j->is_object()) return invalid_argument(path.string() + ": not a JSON object");
   return j;
 }
 
@@ -84,7 +94,9 @@ Result<GenerationConfig> read_generation_config(const std::string& dir, const To
 }
 
 Result<std::vector<int32_t>> read_prompt_prefix(const std::string& dir, const Tokenizer& tokenizer) {
-  // Only the post-processor is needed from tokenizer.json: skip its vocabulary.
+  // Only the post-processor is needed from tokenizer.json, which the
+  // tokenizer has already parsed under core/json_input.h's policy: skip its
+  // vocabulary.
   const std::filesystem::path path = std::filesystem::path(dir) / "tokenizer.json";
   std::vector<int32_t> prefix;
   std::ifstream in(path);

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/json_nesting.h"
+#include "core/json_input.h"
 
 namespace hiq::openai {
 namespace {

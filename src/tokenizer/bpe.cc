@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kv/config_reader.h"
-#include "model/strict_json.h"
+#include "core/json_input.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/json_fields.h"
 

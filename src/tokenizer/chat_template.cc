@@ -4,7 +4,7 @@
 #include <fstream>
 #include <optional>
 
-#include "model/strict_json.h"
+#include "core/json_input.h"
 
 namespace hiq {
 namespace {

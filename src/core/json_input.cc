@@ -1,18 +1,12 @@
-#include "model/strict_json.h"
+#include "core/json_input.h"
 
-#include <algorithm>
 #include <optional>
 #include <unordered_set>
 #include <vector>
 
-#include "core/json_nesting.h"
-
 namespace hiq {
-namespace {
 
 using nlohmann::json;
-
-}  // namespace
 
 std::string quote_for_message(std::string_view name) {
   constexpr size_t kMaxChars = 120;
@@ -31,6 +25,22 @@ std::string quote_for_message(std::string_view name) {
   if (name.size() > kMaxChars) out += "...";
   out += "'";
   return out;
+}
+
+std::string describe_json_value(const json& value) {
+  constexpr size_t kMaxChars = 80;
+  switch (value.type()) {
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    case json::value_t::binary: return "binary data";
+    case json::value_t::discarded: return "nothing";
+    default: break;
+  }
+  // A scalar: dump() is not recursive here, and the parser has already
+  // rejected invalid UTF-8, so it cannot throw.
+  std::string text = value.dump();
+  if (text.size() > kMaxChars) text = text.substr(0, kMaxChars) + "...";
+  return text;
 }
 
 Result<json> parse_strict_json(std::string_view text, std::string_view source, int max_nesting,

@@ -16,6 +16,7 @@
 #include "cache/radix_cache.h"
 #include "cuda/device.h"
 #include "gpu_test_policy.h"
+#include "engine/cpu_model_runner.h"
 #include "engine/cuda_model_runner.h"
 #include "engine/scheduler.h"
 #include "memory/cuda_device_kv_pool.h"
@@ -341,6 +342,59 @@ TEST_F(GpuModelTest, RejectsBadInputWithoutCrashing) {
   auto again = gpu.model->forward(*gpu.l1, std::span(&ok, 1), LogitsWanted::kLast);
   ASSERT_TRUE(again.is_ok());
   EXPECT_EQ(again->logits.size(), 97u);
+}
+
+// Log-probabilities through CudaModelRunner in a mixed batch — an item that
+// wants its prompt's (a pass of its own, every logit row), one that wants its
+// next token's with alternatives, one greedy — equal the CPU runner's on the
+// same weights, and the greedy items' tokens are unchanged by the split.
+TEST_F(GpuModelTest, LogprobsOfAMixedBatchMatchTheCpuRunner) {
+  const TinyModel::Spec spec = qwen3_like();
+  GpuModel gpu(spec, 512);
+  ASSERT_TRUE(gpu.model && gpu.l1);
+  CudaModelRunner runner(*gpu.model, *gpu.l1, nullptr);
+  auto cpu_l1 = gpu.tiny.pool(512);
+  CpuModelRunner cpu(gpu.tiny.shape, gpu.tiny.weights, *cpu_l1, nullptr);
+
+  const std::vector<int32_t> a = random_tokens(60, spec.vocab_size, 11), b = random_tokens(40, spec.vocab_size, 12),
+                             c = random_tokens(25, spec.vocab_size, 13);
+  const std::vector<SlotId> sa = iota_slots(a.size(), 0), sb = iota_slots(b.size(), 100), sc = iota_slots(c.size(), 200);
+  std::vector<ForwardItem> batch(3);
+  batch[0].tokens = a, batch[0].slots = sa, batch[0].logprobs = 2, batch[0].prompt_logprobs = true;
+  batch[1].tokens = b, batch[1].slots = sb, batch[1].logprobs = 5;
+  batch[2].tokens = c, batch[2].slots = sc;
+  auto got = runner.forward(batch);
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  auto want = cpu.forward(batch);
+  ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+  ASSERT_EQ(got->size(), 3u);
+  // Greedy takes the most likely token, whichever pass an item ran in.
+  for (size_t i : {size_t{0}, size_t{1}}) {
+    ASSERT_TRUE((*got)[i].logprobs.has_value()) << "item " << i;
+    EXPECT_EQ((*got)[i].logprobs->top.at(0).first, (*got)[i].next) << "item " << i;
+  }
+  auto alone = runner.forward(std::span(batch).subspan(2, 1));
+  ASSERT_TRUE(alone.is_ok());
+  EXPECT_EQ((*alone)[0].next, (*got)[2].next) << "the greedy item is unchanged by the split";
+  ASSERT_EQ((*got)[0].prompt_logprobs.size(), a.size() - 1);
+  double worst = 0;
+  for (size_t t = 0; t < a.size() - 1; ++t) {
+    const TokenLogprobs& g = (*got)[0].prompt_logprobs[t];
+    const TokenLogprobs& w = (*want)[0].prompt_logprobs[t];
+    EXPECT_EQ(g.token, a[t + 1]);
+    worst = std::max(worst, static_cast<double>(std::abs(g.logprob - w.logprob)));
+    ASSERT_EQ(g.top.size(), 2u);
+  }
+  std::printf("prompt log-probabilities, CUDA vs CPU: largest difference %.2e
+", worst);
+  EXPECT_LT(worst, 5e-2);
+  for (size_t i : {size_t{0}, size_t{1}}) {
+    ASSERT_TRUE((*got)[i].logprobs.has_value() && (*want)[i].logprobs.has_value());
+    EXPECT_NEAR((*got)[i].logprobs->logprob, (*want)[i].logprobs->logprob, 5e-2);
+    EXPECT_EQ((*got)[i].logprobs->top.size(), static_cast<size_t>(batch[i].logprobs));
+  }
+  EXPECT_FALSE((*got)[2].logprobs.has_value());
+  EXPECT_TRUE((*got)[2].prompt_logprobs.empty());
 }
 
 // The model behind the scheduler and the hierarchical cache on the GPU: the

@@ -385,8 +385,7 @@ TEST_F(GpuModelTest, LogprobsOfAMixedBatchMatchTheCpuRunner) {
     worst = std::max(worst, static_cast<double>(std::abs(g.logprob - w.logprob)));
     ASSERT_EQ(g.top.size(), 2u);
   }
-  std::printf("prompt log-probabilities, CUDA vs CPU: largest difference %.2e
-", worst);
+  std::printf("prompt log-probabilities, CUDA vs CPU: largest difference %.2e\n", worst);
   EXPECT_LT(worst, 5e-2);
   for (size_t i : {size_t{0}, size_t{1}}) {
     ASSERT_TRUE((*got)[i].logprobs.has_value() && (*want)[i].logprobs.has_value());

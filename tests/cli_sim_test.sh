@@ -66,7 +66,31 @@ expect_error "--dataset-name" --dataset-name sharegpt
 expect_error "--num-rounds" --dataset-name multi-turn --num-rounds 0
 expect_error "--max-concurrency" --max-concurrency 0
 expect_error "--gsp-num-groups" --gsp-num-groups 0
-expect_error "--hicache-ratio" --hicache-size 0
+expect_error "--hicache-ratio must be a positive" --hicache-size 0 --hicache-ratio 0
+# Two flags that would each size the host tier are refused by name, never one
+# of them dropped (the budget flags are shared with serve and bench serve:
+# tests/cli_host_tier_flags_test.sh).
+expect_error "--hicache-size 1GB and --hicache-ratio 4 both size the host tier" --hicache-size 1GB --hicache-ratio 4
+expect_error "--hicache-tokens 4096 and --hicache-ratio 4 both size the host tier" --hicache-tokens 4096 --hicache-ratio 4
+
+# The host budget: --hicache-ratio alone sizes the tier (the 8 GB default
+# applies only when neither --hicache-size nor --hicache-ratio is typed: it
+# used to override a typed ratio in silence), --hicache-size 0 sizes it by
+# SGLang's default ratio of 2, and --hicache-tokens overrides --hicache-size.
+l2_tokens() {  # l2_tokens ARGS...: the L2 capacity hiq sim reports
+  "$HIQ" sim "${base[@]}" --gsp-num-groups 1 --gsp-prompts-per-group 1 "$@" --json 2>"$TMP/err" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["l2_capacity_tokens"])' \
+    || fail "hiq sim $*: $(cat "$TMP/err")"
+}
+for case in "4096:--hicache-ratio 4" "2048:--hicache-size 0" "1536:--hicache-size 0 --hicache-ratio 1.5" \
+            "3000:--hicache-tokens 3000 --hicache-size 1GB"; do
+  want="${case%%:*}" flags="${case#*:}"
+  # shellcheck disable=SC2086  # the flags are words
+  got="$(l2_tokens $flags)"
+  [[ $got == "$want" ]] || fail "hiq sim $flags: L2 capacity $got tokens, expected $want (L1 1024)"
+  echo "ok   $flags: L2 $got tokens"
+done
+"$HIQ" sim --help | grep -q -- "--hicache-size.*default: 8GB" || fail "hiq sim --help: the 8GB default is not shown"
 expect_error "--device 'bogus' is not one of cpu, cuda" --device bogus
 
 # --device cuda needs the CUDA backend and a GPU. With both, it serves the

@@ -4,6 +4,9 @@
 // lays out records.
 #pragma once
 
+#include <cmath>
+#include <cstdio>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -13,26 +16,47 @@
 
 namespace hiq::cli {
 
-// The flags as typed. Commands differ in their defaults (`hiq sim` sizes
-// the tier at 8 GB, `hiq serve` by ratio): set them before registering.
+// The flags as typed. The host budget is --hicache-tokens, --hicache-size or
+// --hicache-ratio; as in SGLang, a non-zero --hicache-size is the budget and
+// --hicache-size 0 sizes the tier by --hicache-ratio. Flags the user typed are
+// never dropped in silence: a non-zero --hicache-size (or --hicache-tokens)
+// with an explicit --hicache-ratio is refused, naming both. The command's
+// default budget (`hiq sim`: 8 GB; `hiq serve`, `hiq bench serve`: a ratio of
+// 2) applies only when neither --hicache-size nor --hicache-ratio is typed.
+// --hicache-tokens overrides --hicache-size (documented on the flag: an
+// equal-capacity comparison on top of a common budget).
 struct HostTierFlags {
-  std::string size = "0";                      // --hicache-size; 0: from ratio
-  double ratio = 2.0;                          // --hicache-ratio
+  std::optional<std::string> size;             // --hicache-size as typed; unset: not given
+  std::optional<double> ratio;                 // --hicache-ratio as typed; unset: not given
   int64_t tokens = 0;                          // --hicache-tokens; 0: off
   std::string write_policy = "write_through";  // --hicache-write-policy
   std::string codec = "int8";                  // --hicache-codec
   int64_t record_align = static_cast<int64_t>(kDefaultRecordAlign);  // --record-align
   bool none = false;                           // --no-hicache
+  // The command's defaults; set them before registering.
+  std::string default_size = "0";  // the budget when neither size nor ratio is typed; "0": by ratio
+  double default_ratio = 2.0;      // the ratio when the budget is by ratio and none is typed (SGLang's)
 };
+
+// A ratio as the user would type it: "4", "2.5".
+inline std::string format_ratio(double ratio) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", ratio);
+  return buf;
+}
 
 inline void add_host_tier_flags(CLI::App* app, HostTierFlags& flags) {
   HostTierFlags* f = &flags;
-  app->add_option("--hicache-size", f->size, "Host (L2) budget: 8GB, 8GiB, fractions; 0 uses --hicache-ratio")
-      ->capture_default_str();
-  app->add_option("--hicache-ratio", f->ratio, "L2 tokens per L1 token, when --hicache-size is 0")
-      ->capture_default_str();
+  const bool by_ratio = f->default_size == "0";
+  const std::string ratio_default = format_ratio(f->default_ratio);
+  app->add_option("--hicache-size", f->size,
+                  "Host (L2) budget: 8GB, 8GiB, fractions; 0: by --hicache-ratio (default: " +
+                      (by_ratio ? std::string("by ratio") : f->default_size) + "; non-zero: not with --hicache-ratio)");
+  app->add_option("--hicache-ratio", f->ratio,
+                  "L2 tokens per L1 token, instead of --hicache-size (default: " + ratio_default +
+                      (by_ratio ? std::string() : " when --hicache-size is 0") + ")");
   app->add_option("--hicache-tokens", f->tokens,
-                  "L2 capacity in tokens whatever the codec (overrides --hicache-size; 0: off)")
+                  "L2 capacity in tokens whatever the codec (overrides --hicache-size; not with --hicache-ratio; 0: off)")
       ->capture_default_str();
   app->add_option("--hicache-write-policy", f->write_policy, "write_through, write_through_selective or write_back")
       ->capture_default_str();
@@ -52,20 +76,30 @@ inline Result<size_t> record_align_option(int64_t record_align) {
 }
 
 // The pool options of the flags (not --no-hicache or the write policy: the
-// caller's config holds those). Errors name the flag.
+// caller's config holds those). Errors name the flag; flags that would
+// override one another are refused, naming both.
 inline Result<HostKvPoolOptions> host_tier_options(const HostTierFlags& f) {
   HostKvPoolOptions o;
   HIQ_ASSIGN_OR_RETURN(o.codec, parse_codec(f.codec));
   HIQ_ASSIGN_OR_RETURN(o.record_align, record_align_option(f.record_align));
-  auto bytes = parse_byte_size(f.size, kGB);
-  if (!bytes) return bytes.status().with_context("--hicache-size");
-  o.size_bytes = *bytes;
-  if (*bytes == 0) {
-    if (!(f.ratio > 0)) return invalid_argument("--hicache-size 0 needs a positive --hicache-ratio");
-    o.ratio = f.ratio;
-  }
   if (f.tokens < 0) return invalid_argument("--hicache-tokens must not be negative");
   o.capacity_tokens = static_cast<uint64_t>(f.tokens);
+  const bool typed = f.size.has_value() || f.ratio.has_value();
+  auto bytes = parse_byte_size(typed ? f.size.value_or("0") : f.default_size, kGB);
+  if (!bytes) return bytes.status().with_context("--hicache-size");
+  o.size_bytes = *bytes;
+  if (f.ratio && f.tokens > 0)
+    return invalid_argument("--hicache-tokens " + std::to_string(f.tokens) + " and --hicache-ratio " +
+                            format_ratio(*f.ratio) + " both size the host tier: give one of them");
+  if (f.ratio && *bytes > 0)
+    return invalid_argument("--hicache-size " + *f.size + " and --hicache-ratio " + format_ratio(*f.ratio) +
+                            " both size the host tier: give one of them (--hicache-ratio is read when "
+                            "--hicache-size is 0)");
+  if (*bytes == 0) {
+    o.ratio = f.ratio.value_or(f.default_ratio);
+    if (!(o.ratio > 0) || !std::isfinite(o.ratio))
+      return invalid_argument("--hicache-ratio must be a positive number (got " + format_ratio(o.ratio) + ")");
+  }
   return o;
 }
 

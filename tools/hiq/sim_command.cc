@@ -27,7 +27,7 @@ struct SimFlags {
   int tp = 1;
   int page_size = 1;
   int64_t max_total_tokens = 16384;
-  HostTierFlags host;  // 8 GB by default (set where the flags are added)
+  HostTierFlags host;  // 8 GB unless --hicache-size or --hicache-ratio is typed (set where the flags are added)
   WorkloadFlags workload;
   int64_t max_concurrency = 8;
   int64_t max_prefill_tokens = 16384;
@@ -138,8 +138,7 @@ int run_sim(const SimFlags& f) {
 
 Subcommand add_sim_command(CLI::App& parent) {
   auto f = std::make_shared<SimFlags>();
-  f->host.size = "8GB";
-  f->host.ratio = 0;  // --hicache-ratio is only read when --hicache-size is 0
+  f->host.default_size = "8GB";  // when neither --hicache-size nor --hicache-ratio is typed
   CLI::App* app = parent.add_subcommand(
       "sim", "Simulate serving a workload through the hierarchical cache (real cache, codecs and bytes; virtual model)");
   app->add_option("--device", f->device, "Where L1 and the transfer engine run: cpu or cuda")->capture_default_str();

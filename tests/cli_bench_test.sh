@@ -2,6 +2,8 @@
 # `hiq bench transfer` run as a user would: bad flags fail with a message that
 # names the flag, before any GPU work; on a machine without a usable GPU the
 # command says so and exits 1. (On a GPU machine, scripts/gpu-check runs it.)
+# And `hiq bench serve`: a flag of one mode (in-process with --model, or
+# against a running server) typed in the other is refused by name.
 #
 # Usage: HIQ=/path/to/hiq tests/cli_bench_test.sh
 set -euo pipefail
@@ -44,6 +46,44 @@ if grep -q '"devices": \[\]' <<<"$gpus"; then
   [[ $rc -eq 1 ]] || fail "without a GPU, hiq bench transfer exited $rc, expected 1"
   grep -qE "no usable CUDA device|no CUDA backend" "$TMP/err" || fail "unclear error without a GPU: $(cat "$TMP/err")"
   pass "without a GPU: $(cat "$TMP/err")"
+fi
+
+# `hiq bench serve` has two modes: against a running server (--host, --port,
+# --api-key) or against one it starts in-process (--model and the flags that
+# configure it: --device, --hicache-*, --max-total-tokens, ...). A flag of one
+# mode typed in the other is refused, naming it, before any request is sent:
+# the stack flags used to be ignored in silence against a running server.
+# expect_serve_error "substring" ARGS...
+expect_serve_error() {
+  local want="$1"; shift
+  local rc=0
+  timeout 60 "$HIQ" bench serve "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 1 ]] || fail "hiq bench serve $* exited $rc, expected 1: $(cat "$TMP/err")"
+  grep -q "^hiq bench serve: error: " "$TMP/err" || fail "hiq bench serve $*: not a hiq error: $(cat "$TMP/err")"
+  grep -qF -- "$want" "$TMP/err" || fail "hiq bench serve $*: stderr lacks '$want': $(cat "$TMP/err")"
+  pass "hiq bench serve $* → $(cat "$TMP/err")"
+}
+if "$HIQ" bench serve --help 2>&1 | grep -q "not in this build"; then
+  echo "note: this hiq has no HTTP client; the hiq bench serve checks do not apply" >&2
+else
+  # Port 9 (discard) on loopback: nothing listens, and nothing may be sent.
+  remote=(--port 9 --vocab-size 1000 --gsp-num-groups 1 --gsp-prompts-per-group 1)
+  expect_serve_error "--hicache-codec: these configure the in-process server, which only --model starts" \
+    "${remote[@]}" --hicache-codec int4
+  expect_serve_error "--device, --max-total-tokens, --hicache-size, --hicache-codec: these configure" \
+    "${remote[@]}" --hicache-codec int8 --device cuda --hicache-size 8GB --max-total-tokens 4096
+  expect_serve_error "--no-hicache: these configure" "${remote[@]}" --no-hicache
+  expect_serve_error "--max-running-requests: these configure" "${remote[@]}" --max-running-requests 4
+  expect_serve_error "--repeats, --no-warmup: these only apply with --compare" "${remote[@]}" --repeats 3 --no-warmup
+  model="$(cd "$(dirname "$0")" && pwd)/data/models/tiny-qwen3"
+  expect_serve_error "--port, --api-key: these address a running server" --model "$model" --port 30000 --api-key k
+  expect_serve_error "--compare needs --model" "${remote[@]}" --compare int8
+  # Without stack flags, the remote mode reaches for the server (and finds none).
+  rc=0
+  timeout 60 "$HIQ" bench serve "${remote[@]}" >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -ne 0 ]] || fail "hiq bench serve against a closed port succeeded"
+  if grep -q "these configure\|only apply" "$TMP/err"; then fail "hiq bench serve refused plain remote flags: $(cat "$TMP/err")"; fi
+  pass "hiq bench serve --port 9 without stack flags tries the server: $(head -c 200 "$TMP/err")"
 fi
 
 rc=0

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <iostream>
 #include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -385,6 +386,35 @@ int run_bench_compare(BenchServeFlags f) {
   return any_failed ? 1 : 0;
 }
 
+// The names of the options in `options` that the user typed, as "--a, --b".
+std::string typed(const std::vector<const CLI::Option*>& options) {
+  std::string names;
+  for (const CLI::Option* o : options)
+    if (o->count() > 0) names += (names.empty() ? "" : ", ") + o->get_name();
+  return names;
+}
+
+// Flags of one mode typed in the other are refused, never ignored: the stack
+// flags configure the in-process server, which only --model starts; --host,
+// --port and --api-key address a running server, and with --model the load
+// goes to the in-process one; the --compare flags shape a comparison.
+Status check_mode_flags(const BenchServeFlags& f, const std::vector<const CLI::Option*>& stack,
+                        const std::vector<const CLI::Option*>& remote, const std::vector<const CLI::Option*>& compare) {
+  const bool in_process = !f.stack.config.model_dir.empty();
+  if (!in_process) {
+    if (const std::string names = typed(stack); !names.empty())
+      return invalid_argument(names + ": these configure the in-process server, which only --model starts; a running "
+                              "server (--host/--port) keeps its own configuration");
+  } else if (const std::string names = typed(remote); !names.empty()) {
+    return invalid_argument(names + ": these address a running server; with --model the load goes to the server "
+                            "started in-process on a free loopback port");
+  }
+  if (f.compare.empty())
+    if (const std::string names = typed(compare); !names.empty())
+      return invalid_argument(names + ": these only apply with --compare");
+  return Status::ok();
+}
+
 }  // namespace
 std::function<int()> add_bench_serve_command(CLI::App& bench) {
   auto f = std::make_shared<BenchServeFlags>();
@@ -395,11 +425,22 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
   f->workload.shared_prefix.output_len = 16;
   CLI::App* app = bench.add_subcommand(
       "serve", "Load generator: the workloads of hiq sim against a server (or one started in-process with --model)");
-  app->add_option("--host", f->load.host, "Server address")->capture_default_str();
-  app->add_option("--port", f->load.port, "Server port")->capture_default_str();
-  app->add_option("--api-key", f->load.api_key, "Sent as Authorization: Bearer");
-  app->add_option("--model", f->stack.config.model_dir, "Start a server in-process on this model directory");
+  // Each mode's flags, to refuse those typed in the other mode.
+  const auto options_added = [app](size_t before) {
+    const std::vector<const CLI::Option*> all = std::as_const(*app).get_options();
+    return std::vector<const CLI::Option*>(all.begin() + static_cast<std::ptrdiff_t>(before), all.end());
+  };
+  std::vector<const CLI::Option*> remote, stack, compare;
+  size_t before = app->get_options().size();
+  app->add_option("--host", f->load.host, "Server address (not with --model)")->capture_default_str();
+  app->add_option("--port", f->load.port, "Server port (not with --model)")->capture_default_str();
+  app->add_option("--api-key", f->load.api_key, "Sent as Authorization: Bearer (not with --model)");
+  remote = options_added(before);
+  app->add_option("--model", f->stack.config.model_dir,
+                  "Start a server in-process on this model directory (the flags below up to --vocab-size need it)");
+  before = app->get_options().size();
   add_stack_flags(app, f->stack);
+  stack = options_added(before);
   app->add_option("--vocab-size", f->vocab_size, "Token ids are drawn below this (0: ask the server)");
   add_workload_flags(app, f->workload);
   app->add_option("--max-concurrency", f->load.max_concurrency, "Clients at once (closed loop)")->capture_default_str();
@@ -407,14 +448,17 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
       ->capture_default_str();
   app->add_option("--compare", f->compare,
                   "In-process: run once per host tier, e.g. none,bf16,int8,int8/128,fp8,int4,int4h (codec/align)");
+  before = app->get_options().size();
   app->add_option("--repeats", f->repeats, "--compare: runs of each configuration, in alternating order")
       ->capture_default_str();
   app->add_option("--sweep-num-groups", f->sweep_num_groups,
                   "--compare: repeat everything for each group count, e.g. 1,4,16");
   app->add_flag("!--no-warmup", f->warmup, "--compare: no unrecorded warm-up run first");
+  compare = options_added(before);
   app->add_flag("--json", f->json, "Print JSON (--compare: one line per run)");
-  return [f, app] {
+  return [f, app, remote, stack, compare] {
     if (!app->parsed()) return -1;
+    if (Status s = check_mode_flags(*f, stack, remote, compare); !s.is_ok()) return report_error("bench serve", s);
     return f->compare.empty() ? run_bench_serve(*f) : run_bench_compare(*f);
   };
 }

@@ -1,6 +1,6 @@
 // The simulator end to end at a small size: the scheduler, the radix cache, the
 // transfer engine and the codecs on real bytes, with the simulated model
-// checking every cached token it reads.
+// checking every cached row it reads.
 #include <gtest/gtest.h>
 
 #include "cuda/device.h"
@@ -235,32 +235,93 @@ constexpr const char* kFourLayers =
     R"({"model_type": "qwen3", "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
         "head_dim": 32})";
 
-// A decode step checks one row index per context token by default (index 0
-// on the first step): a wrong V row of layer 2 goes unseen on that step, and
-// verify_every_decode_row catches it.
-TEST(SimRunner, VerifyEveryDecodeRowCatchesARowTheRotatingCheckSkips) {
-  for (bool every_row : {false, true}) {
-    SCOPED_TRACE(every_row ? "every row" : "rotating");
+// A decode step checks every row of every context token. It used to check one
+// row index per token, a different one each step (index 0 on the first):
+// this wrong V row of layer 2 went unseen on that step. Now both the default
+// check (each row's first values) and verify_every_decode_row (every byte)
+// catch it on the first decode step, naming the same row.
+TEST(SimRunner, DecodeCatchesAWrongRowOfAnyLayerOnTheFirstStep) {
+  for (bool every_byte : {false, true}) {
+    SCOPED_TRACE(every_byte ? "every byte" : "default");
     RunnerFixture f(kFourLayers, 10);
     SimRunnerOptions options;
-    options.verify_every_decode_row = every_row;
+    options.verify_every_decode_row = every_byte;
     SimRunner runner(*f.l1, nullptr, nullptr, options);
     const ForwardItem prefill = f.prefill(10, 0);
     ASSERT_TRUE(runner.forward(std::span(&prefill, 1)).is_ok());
-    f.corrupt(f.slots[3], 5);  // layer 2 V
     ForwardItem decode = f.prefill(11, 10);
     decode.decode = true;
+    ASSERT_TRUE(runner.forward(std::span(&decode, 1)).is_ok());
+    EXPECT_EQ(runner.stats().verified_rows, 10u * 8);  // every row of every context token
+    EXPECT_EQ(runner.stats().sampled_rows, every_byte ? 0u : 10u * 8);
+    f.corrupt(f.slots[3], 5);  // layer 2 V
     auto step = runner.forward(std::span(&decode, 1));
-    if (!every_row) {
-      ASSERT_TRUE(step.is_ok()) << step.status().to_string();
-      EXPECT_EQ(runner.stats().verified_rows, 10u);  // one row of each context token
-      continue;
-    }
     ASSERT_FALSE(step.is_ok());
     EXPECT_EQ(step.status().code(), StatusCode::kInternal);
     EXPECT_EQ(step.status().message(), "simulated model read wrong KV: token 3 in slot 3, layer 2 V");
-    EXPECT_EQ(runner.stats().verified_rows, 3u * 8 + 6);  // tokens 0..2 whole, token 3 up to its wrong row
+    EXPECT_EQ(runner.stats().verified_rows, 10u * 8 + 3 * 8 + 6);  // tokens 0..2 whole, token 3 up to its wrong row
   }
+}
+
+// The default decode check reads each row's first values only: damage past
+// them (here the last value of a row) is the price of reading one cache line
+// per row instead of the whole row, and verify_every_decode_row catches it.
+// (A prefill compares every byte: it catches it too.)
+TEST(SimRunner, DecodeSampleSeesTheRowStartAndEveryByteModeTheRest) {
+  for (bool every_byte : {false, true}) {
+    SCOPED_TRACE(every_byte ? "every byte" : "default");
+    RunnerFixture f(kFourLayers, 10);
+    SimRunnerOptions options;
+    options.verify_every_decode_row = every_byte;
+    SimRunner runner(*f.l1, nullptr, nullptr, options);
+    const ForwardItem prefill = f.prefill(10, 0);
+    ASSERT_TRUE(runner.forward(std::span(&prefill, 1)).is_ok());
+    const SlotId slot = f.slots[6];
+    std::vector<uint16_t> row(f.l1->row_elements(KvPart::kK));
+    ASSERT_TRUE(f.l1->read_rows(1, KvPart::kK, std::span(&slot, 1), row.data()).is_ok());
+    row.back() ^= 0x4000;
+    ASSERT_TRUE(f.l1->write_rows(1, KvPart::kK, std::span(&slot, 1), row.data()).is_ok());
+    ForwardItem decode = f.prefill(11, 10);
+    decode.decode = true;
+    auto step = runner.forward(std::span(&decode, 1));
+    if (!every_byte) {
+      EXPECT_TRUE(step.is_ok()) << step.status().to_string();
+    } else {
+      ASSERT_FALSE(step.is_ok());
+      EXPECT_EQ(step.status().message(), "simulated model read wrong KV: token 6 in slot 6, layer 1 K");
+    }
+    const ForwardItem reread = f.prefill(10, 10);  // a prefill reading the same tokens
+    auto again = runner.forward(std::span(&reread, 1));
+    ASSERT_FALSE(again.is_ok());
+    EXPECT_EQ(again.status().message(), "simulated model read wrong KV: token 6 in slot 6, layer 1 K");
+  }
+}
+
+// Requests of one step that share a prefix read the same slots: those are
+// checked once for the step, and a wrong shared row fails the step, naming the
+// first request's token.
+TEST(SimRunner, DecodeChecksASharedPrefixOncePerStep) {
+  RunnerFixture f(kFourLayers, 12);
+  SimRunner runner(*f.l1, nullptr, nullptr);
+  const ForwardItem prefill = f.prefill(10, 0);
+  ASSERT_TRUE(runner.forward(std::span(&prefill, 1)).is_ok());
+  // Two requests: tokens 0..9 shared, then each its own token in slot 10 or 11.
+  std::vector<TokenId> other(f.sequence.begin(), f.sequence.begin() + 11);
+  other[10] = 5;
+  std::vector<SlotId> other_slots(f.slots.begin(), f.slots.begin() + 10);
+  other_slots.push_back(f.slots[11]);
+  ForwardItem first = f.prefill(11, 10), second;
+  second.tokens = other;
+  second.slots = other_slots;
+  second.first_new = 10;
+  first.decode = second.decode = true;
+  const ForwardItem batch[] = {first, second};
+  ASSERT_TRUE(runner.forward(batch).is_ok());
+  EXPECT_EQ(runner.stats().verified_rows, 10u * 8);  // the shared ten tokens, once
+  f.corrupt(f.slots[8], 2);  // layer 1 K
+  auto step = runner.forward(batch);
+  ASSERT_FALSE(step.is_ok());
+  EXPECT_EQ(step.status().message(), "simulated model read wrong KV: token 8 in slot 8, layer 1 K");
 }
 
 // Rows are read in batches of many tokens per (layer, part), yet the error

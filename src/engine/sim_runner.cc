@@ -29,6 +29,8 @@ SimRunner::SimRunner(DeviceKvPool& l1, const HostKvPool* l2, TransferEngine* eng
   const size_t row_bytes = std::max(l1.row_elements(KvPart::kK), l1.row_elements(KvPart::kV)) * 2;
   chunk_tokens_ = std::max<size_t>(1, kChunkBytes / std::max<size_t>(1, row_bytes));
   rows_.resize(chunk_tokens_ * row_bytes / 2);
+  checked_call_.assign(l1.num_slots(), 0);
+  checked_hash_.assign(l1.num_slots(), 0);
   const int parts = l1.geometry().rows_per_layer();
   uint64_t x = 0x243F6A8885A308D3ull;
   for (int r = 0; r < rows_per_token_; ++r) {
@@ -52,6 +54,16 @@ SimRunner::SimRunner(DeviceKvPool& l1, const HostKvPool* l2, TransferEngine* eng
       restored_.push_back(std::move(back));
     }
     exact_.push_back(std::move(rows));
+  }
+  // The first values of every pattern row, exact then (with L2) restored,
+  // zero-padded: a decode step's expected samples, small enough to stay cached.
+  const size_t patterns = kPatterns, rows = static_cast<size_t>(rows_per_token_);
+  samples_.resize((l2 ? 2 : 1) * rows * patterns);
+  for (size_t i = 0; i < samples_.size(); ++i) {
+    const auto r = static_cast<int>(i / patterns % rows);
+    const size_t elements = l1.row_elements(static_cast<KvPart>(r % parts));
+    const uint16_t* row = i < rows * patterns ? exact(r, i % patterns) : restored(r, i % patterns);
+    std::memcpy(samples_[i].data(), row, std::min(elements, kSampleElements) * 2);
   }
 }
 
@@ -123,6 +135,74 @@ Status SimRunner::verify(std::span<const SlotId> slots, std::span<const uint64_t
   return Status::ok();
 }
 
+Status SimRunner::verify_samples(std::span<const SlotId> slots, std::span<const uint64_t> hashes,
+                                 std::span<const size_t> positions) {
+  const int parts = l1_.geometry().rows_per_layer();
+  const size_t n = slots.size();
+  // Row index by row index (one plane at a time, slots mostly ascending),
+  // keeping the first wrong row in (token, row) order as verify() does. The
+  // rows are 2 KiB apart (Qwen3-8B): each sample is a cache miss, so the
+  // samples of later tokens are fetched ahead.
+  constexpr size_t kAhead = 16;
+  const size_t patterns = kPatterns;
+  size_t bad_token = n;
+  int bad_row = rows_per_token_;
+  for (int r = 0; r < rows_per_token_ && bad_token > 0; ++r) {
+    const auto part = static_cast<KvPart>(r % parts);
+    const size_t elements = l1_.row_elements(part);
+    const size_t sample_bytes = std::min(elements, kSampleElements) * 2;
+    const uint16_t* plane = l1_.plane(r / parts, part);
+    const RowSample* expected = samples_.data() + static_cast<size_t>(r) * patterns;
+    for (size_t i = 0; i < bad_token; ++i) {
+      if (i + kAhead < bad_token) __builtin_prefetch(plane + static_cast<size_t>(slots[i + kAhead]) * elements);
+      RowSample actual{};
+      std::memcpy(actual.data(), plane + static_cast<size_t>(slots[i]) * elements, sample_bytes);
+      const size_t p = pattern(hashes[i], r);
+      if (actual == expected[p]) continue;
+      if (l2_ && actual == expected[patterns * static_cast<size_t>(rows_per_token_) + p]) continue;
+      bad_token = i;
+      bad_row = r;
+      break;
+    }
+  }
+  const auto rows = static_cast<uint64_t>(rows_per_token_);
+  if (bad_token == n) {
+    stats_.verified_rows += n * rows;
+    stats_.sampled_rows += n * rows;
+    return Status::ok();
+  }
+  const uint64_t checked = bad_token * rows + static_cast<uint64_t>(bad_row + 1);
+  stats_.verified_rows += checked;
+  stats_.sampled_rows += checked;
+  const auto part = static_cast<KvPart>(bad_row % parts);
+  return internal_error("simulated model read wrong KV: token " + std::to_string(positions[bad_token]) + " in slot " +
+                        std::to_string(slots[bad_token]) + ", layer " + std::to_string(bad_row / parts) +
+                        (part == KvPart::kK ? " K" : " V"));
+}
+
+Status SimRunner::verify_decode(std::span<const SlotId> slots, std::span<const uint64_t> hashes) {
+  if (options_.verify_every_decode_row || !l1_.host_accessible())
+    return verify(slots, hashes, 0, rows_per_token_, /*count_tokens=*/false);
+  // A slot shared by several requests of the step (a common prefix) is
+  // checked once for the token it holds; read as another token, again.
+  sample_slots_.clear();
+  sample_hashes_.clear();
+  sample_positions_.clear();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const auto slot = static_cast<size_t>(slots[i]);
+    if (slot < checked_call_.size() && checked_call_[slot] == stats_.forward_calls && checked_hash_[slot] == hashes[i])
+      continue;
+    if (slot < checked_call_.size()) {
+      checked_call_[slot] = stats_.forward_calls;
+      checked_hash_[slot] = hashes[i];
+    }
+    sample_slots_.push_back(slots[i]);
+    sample_hashes_.push_back(hashes[i]);
+    sample_positions_.push_back(i);
+  }
+  return verify_samples(sample_slots_, sample_hashes_, sample_positions_);
+}
+
 Status SimRunner::write(std::span<const SlotId> slots, std::span<const uint64_t> hashes) {
   const int parts = l1_.geometry().rows_per_layer();
   for (size_t begin = 0; begin < slots.size(); begin += chunk_tokens_) {
@@ -155,19 +235,19 @@ Result<std::vector<ForwardResult>> SimRunner::forward(std::span<const ForwardIte
       if (l2_) restored_bytes += restored * l2_->bytes_per_token();
       restored_bf16_bytes += restored * g.l1_bytes_per_token();
     }
-    // Cached tokens read by attention are checked: a prefill checks every
-    // row; a decode step one row per token, rotating through the rows (or
-    // every row, when asked).
-    const bool decode_step = item.decode;
-    const bool rotate = decode_step && !options_.verify_every_decode_row;
-    const int first_row = rotate ? static_cast<int>(decode_steps_ % static_cast<uint64_t>(rows_per_token_)) : 0;
-    const int last_row = rotate ? first_row + 1 : rows_per_token_;
+    // Every cached row attention reads is checked: a prefill compares every
+    // row in full; a decode step checks every row of its context too, by its
+    // first values (in full when asked, or when L1 is not in host memory).
     hashes_.resize(item.tokens.size());
     uint64_t h = kHashSeed;  // the prefix hash, extended token by token
     for (size_t p = 0; p < item.tokens.size(); ++p) hashes_[p] = h = extend_hash(h, item.tokens[p]);
     const std::span<const uint64_t> hashes(hashes_);
-    HIQ_RETURN_IF_ERROR(
-        verify(item.slots.first(item.first_new), hashes.first(item.first_new), first_row, last_row, !decode_step));
+    const std::span<const SlotId> cached = item.slots.first(item.first_new);
+    if (item.decode) {
+      HIQ_RETURN_IF_ERROR(verify_decode(cached, hashes.first(item.first_new)));
+    } else {
+      HIQ_RETURN_IF_ERROR(verify(cached, hashes.first(item.first_new), 0, rows_per_token_, /*count_tokens=*/true));
+    }
     // The "model" computes the new tokens' KV.
     HIQ_RETURN_IF_ERROR(write(item.slots.subspan(item.first_new), hashes.subspan(item.first_new)));
     const size_t computed = item.tokens.size() - item.first_new;
@@ -176,7 +256,6 @@ Result<std::vector<ForwardResult>> SimRunner::forward(std::span<const ForwardIte
     stats_.computed_tokens += computed;
     next.push_back({static_cast<TokenId>(mix(h) % static_cast<uint64_t>(options_.vocab_size)), std::nullopt, {}});
   }
-  if (!prefill) ++decode_steps_;
   // Virtual time: compute and restore overlap layer by layer.
   const SimCostModel& cost = options_.cost;
   const double compute = prefill ? static_cast<double>(new_tokens) / cost.prefill_tokens_per_s : cost.decode_step_s;

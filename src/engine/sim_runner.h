@@ -9,17 +9,25 @@
 // writing a token is a copy and checking it a comparison, at memory speed:
 // full-size runs stay fast with real bytes.
 //
-// Checks: a prefill compares every row of every cached token it reads with the
-// expected row, or — for KV restored from L2 — with the codec's exact round
-// trip of it. A decode step reads its whole context again; it compares one
-// (layer, part) row of every context token, a different one each step, so a
-// request's decode steps together cover the rows (or every row, with
-// SimRunnerOptions::verify_every_decode_row). A mismatch fails the forward pass
-// loudly.
+// Checks: every cached row attention reads is checked. A prefill compares
+// every row of every cached token it reads with the expected row, or — for KV
+// restored from L2 — with the codec's exact round trip of it. A decode step
+// reads its whole context again, every step: 72 rows of 2 KiB per token of
+// Qwen3-8B, over a terabyte in Experiment B, which a full comparison would
+// take minutes to read on a laptop. So a decode step checks every row of every
+// context token by its first kSampleElements values, which it reads straight
+// from the plane of a host-memory pool (one cache line per row, not 2 KiB):
+// of 64 random rows any other differs there, so a row read from the wrong
+// slot, overwritten by another token or layer, zeroed or left stale is caught
+// on the step that reads it; damage past the first values of a row is caught
+// only by a prefill, or by SimRunnerOptions::verify_every_decode_row, which
+// compares every byte (as a pool in GPU memory always does). A mismatch fails
+// the forward pass loudly, naming the token, slot, layer and part.
 //
-// L1 is reached only through DeviceKvPool::read_rows/write_rows, never through
-// plane pointers, so the same runner drives a pool in GPU memory. A call costs
-// a device synchronisation there, so rows move in batches: per (layer, part),
+// L1 is reached through DeviceKvPool::read_rows/write_rows — the only way
+// into a pool in GPU memory — except for the decode samples of a pool in host
+// memory, read from its planes. A read_rows call costs a device
+// synchronisation on a GPU pool, so rows move in batches: per (layer, part),
 // one call for a chunk of tokens (kChunkBytes of rows), never one per row.
 //
 // Time is virtual: a forward pass costs its prefill tokens at
@@ -27,6 +35,7 @@
 // over PCIe plus the codec; the two overlap layer by layer.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -53,9 +62,9 @@ struct SimCostModel {
 struct SimRunnerOptions {
   SimCostModel cost;
   int vocab_size = 151936;  // next tokens are drawn below this
-  // A decode step checks every row of every context token, not one rotating
-  // row index: for GPU tests, where every read must be checked. It makes a
-  // decode step read its whole context, rows_per_token times the default.
+  // A decode step compares every byte of every row of its context, not the
+  // first kSampleElements values of each row: for Qwen3-8B, 2 KiB read per
+  // row instead of one cache line. Always so for a pool not in host memory.
   bool verify_every_decode_row = false;
 };
 
@@ -63,7 +72,8 @@ struct SimRunnerStats {
   uint64_t forward_calls = 0;
   uint64_t computed_tokens = 0;   // KV rows written by the "model"
   uint64_t verified_tokens = 0;   // cached tokens whose KV was checked on read (prefill: every row)
-  uint64_t verified_rows = 0;     // rows compared, prefill and decode
+  uint64_t verified_rows = 0;     // rows checked, prefill and decode (in full or by their sample)
+  uint64_t sampled_rows = 0;      // of which checked by their first kSampleElements values (decode)
   uint64_t restored_tokens_read = 0;
   double compute_seconds = 0, restore_seconds = 0;
 };
@@ -88,6 +98,9 @@ class SimRunner final : public ModelRunner {
   // pool's copy is still in the CPU's caches when it is compared (256 KiB to
   // 4 MiB ran equally fast in full-size `hiq sim`).
   static constexpr size_t kChunkBytes = size_t{1} << 20;
+  // Values of a row a decode step compares: 16 bytes, one or two cache lines
+  // read of a row of 2 KiB (Qwen3-8B).
+  static constexpr size_t kSampleElements = 8;
   size_t pattern(uint64_t hash, int row_index) const;
   const uint16_t* exact(int row_index, size_t pattern) const;
   const uint16_t* restored(int row_index, size_t pattern) const;
@@ -96,6 +109,13 @@ class SimRunner final : public ModelRunner {
   // when `count_tokens`. The error names the first wrong row in token order.
   Status verify(std::span<const SlotId> slots, std::span<const uint64_t> hashes, int first_row, int last_row,
                 bool count_tokens);
+  // A decode step's check of its context (see the header comment); the error
+  // names the token by its position in `slots`.
+  Status verify_decode(std::span<const SlotId> slots, std::span<const uint64_t> hashes);
+  // Every row's first kSampleElements values, read from the planes of a
+  // host-memory pool; token i is named as positions[i].
+  Status verify_samples(std::span<const SlotId> slots, std::span<const uint64_t> hashes,
+                        std::span<const size_t> positions);
   // Writes every row of the tokens in `slots` (prefix hashes `hashes`).
   Status write(std::span<const SlotId> slots, std::span<const uint64_t> hashes);
 
@@ -108,10 +128,21 @@ class SimRunner final : public ModelRunner {
   int rows_per_token_;                 // layers × parts; row r is (layer r / parts, part r % parts)
   std::vector<std::vector<uint16_t>> exact_;     // per row index: kPatterns rows back to back
   std::vector<std::vector<uint16_t>> restored_;  // the same, through the L2 codec (empty without L2)
-  uint64_t decode_steps_ = 0;
   size_t chunk_tokens_;                // tokens per read_rows/write_rows call
   std::vector<uint64_t> hashes_;       // scratch: prefix hashes of one item's tokens
   std::vector<uint16_t> rows_;         // scratch: chunk_tokens_ rows of one (layer, part)
+  // Per slot: the forward call whose decode check last sampled it, and the
+  // prefix hash it was checked for (a shared prefix is checked once a step).
+  std::vector<uint64_t> checked_call_, checked_hash_;
+  // The first kSampleElements values of pattern p of row index r, zero-padded:
+  // [r * kPatterns + p], then (with L2) the restored ones at
+  // [(rows_per_token_ + r) * kPatterns + p].
+  using RowSample = std::array<uint64_t, 2>;
+  static_assert(sizeof(RowSample) == kSampleElements * sizeof(uint16_t));
+  std::vector<RowSample> samples_;
+  std::vector<SlotId> sample_slots_;   // scratch: the slots a decode item still has to check
+  std::vector<uint64_t> sample_hashes_;
+  std::vector<size_t> sample_positions_;
 };
 
 }  // namespace hiq

@@ -42,8 +42,10 @@ struct SimulationConfig {
   SimCostModel cost;
   size_t max_concurrency = 8;       // --max-concurrency
   int transfer_workers = 2;         // CPU engine threads
-  // Every decode step checks every row it reads, not one row index per step
-  // (SimRunnerOptions::verify_every_decode_row): for GPU tests.
+  // Every decode step compares every byte of every row it reads, not each
+  // row's first values (SimRunnerOptions::verify_every_decode_row): for GPU
+  // tests, and for small runs that want every byte; a pool in GPU memory
+  // always gets it.
   bool verify_every_read = false;
   // Test hook handed to the transfer engine (fault injection); null normally.
   std::function<Status(Ticket, TransferKind, int layer)> transfer_fault;

@@ -51,12 +51,22 @@ namespace hiq {
 // measured it on the reference workload (docs/results.md, capacity sweep: the
 // scheduler's prefill and decode seconds): prefills of 1–3 prompts of 2,112
 // new tokens at ~38,000 tokens/s, a decode step of 8 requests with ~2K context
-// in 7.05 ms; pinned host→device copies at 54 GB/s.
+// in 7.05 ms; pinned host→device copies at 54 GB/s. The codec speed is the
+// int8 decode kernel alone at 2,048 tokens of Qwen3-8B, `hiq bench transfer`
+// on the H200 (docs/benchmarks.md, "Codec kernels alone": 2,645 GB/s of BF16
+// rows read plus records written, i.e. 301,989,888 BF16 bytes in the
+// decode_kernel_s of docs/data/bench-transfer-h200.json: 1,754 GB/s; bf16
+// 1,934, fp8 1,852, int4 1,868, int4h 1,141). One figure serves every codec,
+// and the engine's restore fuses the copy and the decode in one kernel, so
+// adding the two is itself a model: it gives int8 restores of 2K tokens 100
+// GB/s of BF16, where the engine measured 94.4 (same file and table,
+// "Restore and backup through the engine"). Until 2026-12 this was 380 GB/s,
+// a figure no measurement gave; docs/simulation.md's tables were made with it.
 struct SimCostModel {
   double prefill_tokens_per_s = 38000;  // new tokens computed per second
   double decode_step_s = 0.00705;       // one decode step of the whole batch
   double pcie_bytes_per_s = 54e9;       // L2 → L1 wire speed, encoded bytes
-  double codec_bytes_per_s = 380e9;     // GPU decode speed, BF16 bytes produced
+  double codec_bytes_per_s = 1754e9;    // GPU decode speed, BF16 bytes produced (int8, measured: above)
 };
 
 struct SimRunnerOptions {

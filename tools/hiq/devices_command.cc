@@ -26,7 +26,9 @@ Subcommand add_devices_command(CLI::App& parent) {
               } else {
                 std::cout << "no GPU: " << gpus.status().message() << '\n';
               }
-              return 0;  // having no GPU is a valid answer, not an error
+              // Having no GPU (or no driver, or a build without CUDA) is a valid
+              // answer; a device query that failed is a broken GPU, and says so.
+              return gpus.status().code() == StatusCode::kUnavailable ? 0 : 1;
             }
             if (*json) {
               nlohmann::json list = nlohmann::json::array();

@@ -166,6 +166,16 @@ assert body["error"]["type"] == "service_unavailable_error" and "queue is full" 
 assert metric('hiq:rejected_requests_total{reason="queue_full"}') == 1
 print("ok   --max-queued-requests 1: the next request gets 503 with Retry-After, counted in /metrics")
 
+# A flush while requests run is refused as the client's mistake (400), not a server error.
+req = urllib.request.Request(base + "/flush_cache", b"", method="POST")
+try:
+    urllib.request.urlopen(req, timeout=30)
+    raise SystemExit("FAIL: /flush_cache under load answered 200")
+except urllib.error.HTTPError as e:
+    body = json.load(e)
+    assert e.code == 400 and "requests are running" in body["error"]["message"], (e.code, body)
+print("ok   /flush_cache while requests run: 400")
+
 start = time.monotonic()
 os.kill(pid, signal.SIGTERM)
 for t in threads + [queued]:

@@ -625,7 +625,7 @@ TEST(ProtocolErrors, StatusMapsToHttpStatusAndType) {
       {not_found("m"), 404, "invalid_request_error"},
       {resource_exhausted("m"), 503, "service_unavailable_error"},
       {unavailable("m"), 503, "service_unavailable_error"},
-      {failed_precondition("m"), 500, "server_error"},
+      {failed_precondition("m"), 400, "invalid_request_error"},  // e.g. /flush_cache while requests run
       {data_loss("m"), 500, "server_error"},
       {internal_error("m"), 500, "server_error"},
   };

@@ -267,6 +267,7 @@ void ServingEngine::loop() {
       flush_result_ = std::move(result);
       stats_.cache = cache_.stats();
       stats_.l1_free_slots = l1_.allocator().free_count();
+      if (l2_ != nullptr) stats_.l2_used_tokens = l2_->capacity_tokens() - l2_->allocator().free_count();
       flushed_.notify_all();
     }
   }

@@ -3,6 +3,7 @@
 // of type "llama3" or "yarn" (as Hugging Face transformers computes them).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/status.h"

@@ -151,8 +151,9 @@ struct ProtocolError {
   std::string code;                     // a machine-readable code ("model_not_found"); empty: null in JSON
 };
 
-// The HTTP status a refused request gets. kInvalidArgument and kOutOfRange:
-// 400; kNotFound: 404 (the only one the parsers return is an unknown model);
+// The HTTP status a refused request gets. kInvalidArgument, kOutOfRange and
+// kFailedPrecondition (the server's state refuses it, e.g. /flush_cache while
+// requests run, as SGLang answers): 400; kNotFound: 404 (the only one the parsers return is an unknown model);
 // kResourceExhausted: `resource_exhausted_status` — 503 by default, for a
 // server that is full for now (queue, KV budget), or 429 where the caller
 // knows the limit is the client's own (rate limiting); kUnavailable: 503;

@@ -163,6 +163,7 @@ ProtocolError protocol_error(const Status& status, int resource_exhausted_status
   switch (status.code()) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kOutOfRange:
+    case StatusCode::kFailedPrecondition:  // not now, in this state (a flush while requests run)
       e.http_status = 400;
       e.type = "invalid_request_error";
       break;

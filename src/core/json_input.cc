@@ -8,10 +8,9 @@ namespace hiq {
 
 using nlohmann::json;
 
-std::string quote_for_message(std::string_view name) {
-  constexpr size_t kMaxChars = 120;
+std::string quote_for_message(std::string_view name, size_t max_bytes) {
   std::string out = "'";
-  for (size_t i = 0; i < name.size() && i < kMaxChars; ++i) {
+  for (size_t i = 0; i < name.size() && i < max_bytes; ++i) {
     const auto c = static_cast<unsigned char>(name[i]);
     if (c < 0x20 || c == 0x7f) {
       constexpr char kHex[] = "0123456789abcdef";
@@ -22,7 +21,7 @@ std::string quote_for_message(std::string_view name) {
       out += static_cast<char>(c);
     }
   }
-  if (name.size() > kMaxChars) out += "...";
+  if (name.size() > max_bytes) out += "...";
   out += "'";
   return out;
 }

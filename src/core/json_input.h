@@ -58,8 +58,8 @@ Result<nlohmann::json> parse_strict_json(std::string_view text, std::string_view
                                          std::string_view top_level_noun = "key");
 
 // A name read from the input, for a message: single-quoted, control bytes
-// escaped as \xNN, cut after 120 bytes.
-std::string quote_for_message(std::string_view name);
+// escaped as \xNN, cut after `max_bytes` bytes ("..." marks the cut).
+std::string quote_for_message(std::string_view name, size_t max_bytes = 120);
 
 // A short rendering of a JSON value for a message: containers named by kind,
 // scalars as JSON cut after 80 characters.

@@ -29,25 +29,8 @@ std::string format_double(double v) {
   return ec == std::errc() ? std::string(buf, end) : std::string("?");
 }
 
-// A client's string for a message: single-quoted, control bytes as \xNN, cut
-// after 40 bytes so a megabyte value cannot blow up an error body.
-std::string quote(std::string_view s) {
-  constexpr size_t kMax = 40;
-  std::string out = "'";
-  for (size_t i = 0; i < s.size() && i < kMax; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > kMax) out += "...";
-  return out + "'";
-}
+// A client's string for a message, cut after 40 bytes (an error body stays short).
+std::string quote(std::string_view s) { return quote_for_message(s, 40); }
 
 // "got 3.5", "got the string 'abc'", "got an array": what a field held.
 std::string describe(const json& v) {

@@ -27,6 +27,8 @@ if "$HIQ" serve --help 2>&1 | grep -q "not in this build"; then
   echo "FAIL: this hiq has no HTTP server (cpp-httplib missing at build time)" >&2
   exit 1
 fi
+# shellcheck source=lib/serve.sh
+source "$HERE/lib/serve.sh"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/hiq_sdk_test.XXXXXX")"
 PID=""
 cleanup() {
@@ -43,17 +45,9 @@ run_one() {
   "$HERE/../scripts/make-demo-model" "$TMP/$name" --vocab "$vocab" --hidden 32 --intermediate 64 --layers 2 \
     --heads 2 --kv-heads 1 --head-dim 16 --tokenizer "$models/tokenizer.json" \
     --tokenizer-config "$models/tokenizer_config.json" --generation-config "$generation" >/dev/null
-  "$HIQ" serve --model "$TMP/$name" --port 0 --max-total-tokens 4096 --hicache-codec int8 --hicache-ratio 2 \
-    --api-key sdk-key "$@" 2>"$TMP/$name.log" &
-  PID=$!
-  local port=""
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's#.*listening on http://127.0.0.1:\([0-9]*\).*#\1#p' "$TMP/$name.log")
-    [[ -n "$port" ]] && break
-    kill -0 "$PID" 2>/dev/null || { cat "$TMP/$name.log" >&2; echo "FAIL: $name: the server exited" >&2; exit 1; }
-    sleep 0.1
-  done
-  [[ -n "$port" ]] || { cat "$TMP/$name.log" >&2; echo "FAIL: $name: the server did not start" >&2; exit 1; }
+  serve_start "$TMP/$name.log" --model "$TMP/$name" --port 0 --max-total-tokens 4096 --hicache-codec int8 \
+    --hicache-ratio 2 --api-key sdk-key "$@"
+  local port=$PORT
   (cd "$NPM" && node openai_sdk_test.mjs "http://127.0.0.1:$port" sdk-key "$package") || {
     tail -20 "$TMP/$name.log" >&2
     exit 1

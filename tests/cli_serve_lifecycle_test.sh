@@ -24,6 +24,8 @@ if "$HIQ" serve --help 2>&1 | grep -q "not in this build"; then
   echo "SKIP: this hiq has no HTTP server" >&2
   exit 77
 fi
+# shellcheck source=lib/serve.sh
+source "$HERE/lib/serve.sh"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/hiq_lifecycle_test.XXXXXX")"
 PID=""
 cleanup() {
@@ -66,22 +68,8 @@ refuse "--reasoning-parser" --reasoning-parser gpt
 refuse "--device must be cpu or cuda" --device tpu
 echo "ok   out-of-range flags: exit 1 naming the flag"
 
-start() {  # log file, flags...
-  local log=$1
-  shift
-  "$HIQ" serve --model "$MODEL" --port 0 "$@" 2>"$log" &
-  PID=$!
-  for _ in $(seq 1 600); do
-    grep -q "listening on" "$log" && break
-    kill -0 "$PID" 2>/dev/null || { cat "$log" >&2; echo "FAIL: hiq serve exited" >&2; exit 1; }
-    sleep 0.05
-  done
-  PORT="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")"
-  [[ -n "$PORT" ]] || { cat "$log" >&2; echo "FAIL: no port in the log" >&2; exit 1; }
-}
-
 # A lowered --max-tokens-limit is a working server (it once aborted on its own default).
-start "$TMP/limit.log" --max-tokens-limit 64
+serve_start "$TMP/limit.log" --model "$MODEL" --port 0 --max-tokens-limit 64
 python3 - "$PORT" <<'PY'
 import json, sys, urllib.error, urllib.request
 base = f"http://127.0.0.1:{sys.argv[1]}"
@@ -102,7 +90,7 @@ kill -TERM "$PID"; wait "$PID"; PID=""
 echo "ok   --max-tokens-limit 64: served up to it, 65 refused"
 
 # ---- the queue bound and SIGTERM with requests in flight ---------------------------------------
-start "$TMP/serve.log" --max-total-tokens 60000 --max-running-requests 2 --max-queued-requests 1 \
+serve_start "$TMP/serve.log" --model "$MODEL" --port 0 --max-total-tokens 60000 --max-running-requests 2 --max-queued-requests 1 \
   --shutdown-timeout 20
 python3 - "$PORT" "$PID" <<'PY'
 import json, os, signal, sys, threading, time, urllib.error, urllib.request
@@ -150,10 +138,13 @@ def whole(name, prompt):
     except urllib.error.HTTPError as e:
         results[name] = (e.code, json.load(e), dict(e.headers))
 
+# One at a time, each admitted before the next is sent: the queue bound counts
+# a request from its arrival until its admission.
 threads = [threading.Thread(target=streamed), threading.Thread(target=whole, args=("whole", [4, 5, 6]))]
-for t in threads:
-    t.start()
-first_bytes["stream"].wait(60)
+threads[0].start()
+first_bytes["stream"].wait(120)
+wait_for(lambda: metric("sglang:num_running_reqs") == 1, "the streamed request running")
+threads[1].start()
 wait_for(lambda: metric("sglang:num_running_reqs") == 2, "two running requests")
 queued = threading.Thread(target=whole, args=("queued", [7, 8, 9]))
 queued.start()

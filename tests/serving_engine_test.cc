@@ -246,7 +246,9 @@ TEST_F(ServingEngineTest, LogprobsAreTheModelsOwn) {
     EXPECT_EQ(events[i].logprobs->token, events[i].token);
     EXPECT_NEAR(events[i].logprobs->logprob, want.logprob, 1e-4) << "output " << i;
     EXPECT_EQ(events[i].logprobs->top[0].first, events[i].token) << "greedy takes the most likely";
-    if (i > 0) EXPECT_TRUE(events[i].prompt_logprobs.empty());
+    if (i > 0) {
+      EXPECT_TRUE(events[i].prompt_logprobs.empty());
+    }
   }
 }
 

@@ -6,11 +6,12 @@
 serve_start() {
   local log=$1
   shift
-  "$HIQ" serve "$@" 2>"$log" &
+  : >"$log"  # exists before the server's own redirection does, for the first read below
+  "$HIQ" serve "$@" 2>>"$log" &
   PID=$!
   PORT=""
   for _ in $(seq 1 1200); do
-    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log")
+    PORT=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$log" || true)
     [[ -n "$PORT" ]] && return 0
     kill -0 "$PID" 2>/dev/null || { cat "$log" >&2; echo "FAIL: hiq serve $* exited" >&2; exit 1; }
     sleep 0.05

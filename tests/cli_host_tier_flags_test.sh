@@ -13,6 +13,8 @@ set -euo pipefail
 : "${HIQ:?set HIQ to the path of the hiq binary}"
 command -v python3 >/dev/null || { echo "FAIL: python3 is needed" >&2; exit 1; }
 MODEL="$(cd "$(dirname "$0")" && pwd)/data/models/tiny-qwen3"
+# shellcheck source=lib/serve.sh
+source "$(dirname "$0")/lib/serve.sh"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/hiq_cli_host_tier_flags_test.XXXXXX")"
 PID=""
 cleanup() {
@@ -53,13 +55,7 @@ done
 
 # hiq serve: the L2 it starts with, from its log line ("L2 N tokens").
 serve_l2_tokens() {
-  "$HIQ" serve --model "$MODEL" --port 0 --max-total-tokens 256 "$@" 2>"$TMP/log" &
-  PID=$!
-  for _ in $(seq 1 200); do
-    grep -q "listening on" "$TMP/log" && break
-    kill -0 "$PID" 2>/dev/null || fail "hiq serve $* exited: $(cat "$TMP/log")"
-    sleep 0.05
-  done
+  serve_start "$TMP/log" --model "$MODEL" --port 0 --max-total-tokens 256 "$@" >&2
   kill "$PID" && wait "$PID" || true
   PID=""
   sed -n 's|.*, L2 \([0-9]*\) tokens.*|\1|p' "$TMP/log"

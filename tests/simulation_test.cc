@@ -390,3 +390,27 @@ TEST(Simulation, VerifyEveryReadGivesTheSameReport) {
 
 }  // namespace
 }  // namespace hiq
+
+namespace hiq {
+namespace {
+
+// The configuration checks itself, naming the field (the CLI names the flag).
+TEST(SimulationConfig, ValidateNamesTheField) {
+  SimulationConfig c;
+  c.geometry.page_size = 16;
+  EXPECT_TRUE(c.validate().is_ok());
+  c.max_total_tokens = 8;
+  EXPECT_EQ(c.validate().message(), "max_total_tokens must hold at least one page (16 tokens), got 8");
+  c = {};
+  c.max_concurrency = 0;
+  EXPECT_EQ(c.validate().message(), "max_concurrency must be positive");
+  c = {};
+  c.cost.decode_step_s = 0;
+  EXPECT_EQ(c.validate().code(), StatusCode::kInvalidArgument);
+  c = {};
+  c.transfer_workers = 0;
+  EXPECT_EQ(c.validate().message(), "transfer_workers must be in [1, 256]");
+}
+
+}  // namespace
+}  // namespace hiq

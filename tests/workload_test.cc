@@ -63,16 +63,22 @@ TEST(SharedPrefixWorkload, SeedDecidesEverything) {
   EXPECT_TRUE(shuffled) << "the default order is a seeded shuffle";
 }
 
-TEST(SharedPrefixWorkload, ErrorsNameTheFlag) {
+// Errors start with the field's name (the CLI maps it to its flag; a library
+// never names flags).
+TEST(SharedPrefixWorkload, ErrorsNameTheField) {
   SharedPrefixWorkload w;
   w.num_groups = 0;
-  EXPECT_NE(w.generate().status().message().find("--gsp-num-groups"), std::string::npos);
+  EXPECT_EQ(w.generate().status().message(), "num_groups must be positive (got 0)");
   w = {};
   w.output_len = -1;
-  EXPECT_NE(w.validate().message().find("--gsp-output-len"), std::string::npos);
+  EXPECT_EQ(w.validate().message(), "output_len must be positive (got -1)");
   w = {};
   w.question_len = -5;
-  EXPECT_NE(w.validate().message().find("--gsp-question-len"), std::string::npos);
+  EXPECT_EQ(w.validate().message(), "question_len must not be negative");
+  w = {};
+  w.question_len = 0;
+  w.system_prompt_len = 0;
+  EXPECT_EQ(w.validate().message(), "system_prompt_len + question_len must be positive (got 0)");
   w = {};
   w.num_groups = 1 << 20;
   w.prompts_per_group = 1 << 10;
@@ -119,13 +125,13 @@ TEST(MultiTurnWorkload, EachRoundExtendsTheConversationWithTheAnswer) {
   EXPECT_EQ((*again)->next(nullptr, {})->prompt, firsts[0].prompt);
 }
 
-TEST(MultiTurnWorkload, ErrorsNameTheFlag) {
+TEST(MultiTurnWorkload, ErrorsNameTheField) {
   MultiTurnWorkload w;
   w.num_rounds = 0;
-  EXPECT_NE(make_multi_turn_source(w).status().message().find("--num-rounds"), std::string::npos);
+  EXPECT_NE(make_multi_turn_source(w).status().message().find("num_rounds must be positive"), std::string::npos);
   w = {};
   w.request_length = -1;
-  EXPECT_NE(w.validate().message().find("--request-length"), std::string::npos);
+  EXPECT_NE(w.validate().message().find("request_length must be positive"), std::string::npos);
 }
 
 }  // namespace

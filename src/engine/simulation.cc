@@ -59,10 +59,25 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, std::vec
   return run_simulation(config, *source, progress);
 }
 
+Status SimulationConfig::validate() const {
+  if (max_total_tokens == 0) return invalid_argument("max_total_tokens must be positive");
+  if (geometry.page_size > 0 && max_total_tokens < static_cast<size_t>(geometry.page_size))
+    return invalid_argument("max_total_tokens must hold at least one page (" + std::to_string(geometry.page_size) +
+                            " tokens), got " + std::to_string(max_total_tokens));
+  if (max_concurrency == 0) return invalid_argument("max_concurrency must be positive");
+  if (transfer_workers < 1 || transfer_workers > 256) return invalid_argument("transfer_workers must be in [1, 256]");
+  if (!(cost.prefill_tokens_per_s > 0) || !(cost.decode_step_s > 0) || !(cost.pcie_bytes_per_s > 0) ||
+      !(cost.codec_bytes_per_s > 0))
+    return invalid_argument("cost must have positive rates and step time");
+  if (scheduler.max_prefill_tokens < 1) return invalid_argument("max_prefill_tokens must be positive");
+  if (scheduler.max_running_requests < 1) return invalid_argument("max_running_requests must be positive");
+  return Status::ok();
+}
+
 Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestSource& source,
                                         const std::function<void(size_t, size_t)>& progress) {
   const auto wall_start = std::chrono::steady_clock::now();
-  if (config.max_concurrency == 0) return invalid_argument("--max-concurrency must be positive");
+  HIQ_RETURN_IF_ERROR(config.validate());
   HIQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> l1, make_l1(config));
   std::unique_ptr<HostKvPool> l2;
   std::unique_ptr<TransferEngine> engine;

@@ -49,6 +49,10 @@ struct SimulationConfig {
   bool verify_every_read = false;
   // Test hook handed to the transfer engine (fault injection); null normally.
   std::function<Status(Ticket, TransferKind, int layer)> transfer_fault;
+
+  // Errors (kInvalidArgument) start with the field's name
+  // ("max_concurrency must be ..."), which a CLI maps to its flag.
+  Status validate() const;
 };
 
 struct SimulationReport {

@@ -6,19 +6,23 @@
 
 namespace hiq {
 
+namespace {
+// "<field> must be positive (got v)": the field's name, which a CLI maps to its flag.
+Status positive(long long v, const char* field) {
+  if (v > 0) return Status::ok();
+  return invalid_argument(std::string(field) + " must be positive (got " + std::to_string(v) + ")");
+}
+}  // namespace
+
 Status SharedPrefixWorkload::validate() const {
-  const auto positive = [](long long v, const char* flag) -> Status {
-    if (v > 0) return Status::ok();
-    return invalid_argument(std::string(flag) + " must be positive (got " + std::to_string(v) + ")");
-  };
-  HIQ_RETURN_IF_ERROR(positive(num_groups, "--gsp-num-groups"));
-  HIQ_RETURN_IF_ERROR(positive(prompts_per_group, "--gsp-prompts-per-group"));
-  if (system_prompt_len < 0) return invalid_argument("--gsp-system-prompt-len must not be negative");
-  if (question_len < 0) return invalid_argument("--gsp-question-len must not be negative");
-  HIQ_RETURN_IF_ERROR(positive(static_cast<long long>(system_prompt_len) + question_len,
-                               "--gsp-system-prompt-len + --gsp-question-len"));
-  HIQ_RETURN_IF_ERROR(positive(output_len, "--gsp-output-len"));
-  HIQ_RETURN_IF_ERROR(positive(vocab_size, "vocabulary size"));
+  HIQ_RETURN_IF_ERROR(positive(num_groups, "num_groups"));
+  HIQ_RETURN_IF_ERROR(positive(prompts_per_group, "prompts_per_group"));
+  if (system_prompt_len < 0) return invalid_argument("system_prompt_len must not be negative");
+  if (question_len < 0) return invalid_argument("question_len must not be negative");
+  if (static_cast<long long>(system_prompt_len) + question_len <= 0)
+    return invalid_argument("system_prompt_len + question_len must be positive (got 0)");
+  HIQ_RETURN_IF_ERROR(positive(output_len, "output_len"));
+  HIQ_RETURN_IF_ERROR(positive(vocab_size, "vocab_size"));
   const long long requests = static_cast<long long>(num_groups) * prompts_per_group;
   const long long tokens = requests * (static_cast<long long>(system_prompt_len) + question_len);
   if (requests > (1 << 24) || tokens > (1LL << 34))
@@ -120,15 +124,11 @@ class MultiTurnSource final : public RequestSource {
 }  // namespace
 
 Status MultiTurnWorkload::validate() const {
-  const auto positive = [](long long v, const char* flag) -> Status {
-    if (v > 0) return Status::ok();
-    return invalid_argument(std::string(flag) + " must be positive (got " + std::to_string(v) + ")");
-  };
-  HIQ_RETURN_IF_ERROR(positive(num_clients, "--num-clients"));
-  HIQ_RETURN_IF_ERROR(positive(num_rounds, "--num-rounds"));
-  HIQ_RETURN_IF_ERROR(positive(request_length, "--request-length"));
-  HIQ_RETURN_IF_ERROR(positive(output_length, "--output-length"));
-  HIQ_RETURN_IF_ERROR(positive(vocab_size, "vocabulary size"));
+  HIQ_RETURN_IF_ERROR(positive(num_clients, "num_clients"));
+  HIQ_RETURN_IF_ERROR(positive(num_rounds, "num_rounds"));
+  HIQ_RETURN_IF_ERROR(positive(request_length, "request_length"));
+  HIQ_RETURN_IF_ERROR(positive(output_length, "output_length"));
+  HIQ_RETURN_IF_ERROR(positive(vocab_size, "vocab_size"));
   const long long longest = static_cast<long long>(num_rounds) * (request_length + output_length);
   if (num_clients > (1 << 20) || longest > (1LL << 24))
     return out_of_range("the multi-turn workload is too large (" + std::to_string(longest) +

@@ -45,7 +45,8 @@ struct SharedPrefixWorkload {
   uint64_t seed = 1;            // --seed
   bool shuffle = true;          // seeded shuffle of the request order
 
-  // Errors name the flag of the first field out of range.
+  // Errors name the first field out of range ("num_groups must be ..."); a
+  // CLI maps the name to its flag.
   Status validate() const;
   // The requests, in the order they are submitted.
   Result<std::vector<Request>> generate() const;

@@ -13,6 +13,7 @@
 #include "engine/simulation.h"
 #include "kv/model_config.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/flag_errors.h"
 #include "tools/hiq/scheduler_json.h"
 #include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/table.h"
@@ -54,6 +55,11 @@ Result<SimulationConfig> build_config(const SimFlags& f) {
   c.scheduler.max_prefill_tokens = static_cast<size_t>(f.max_prefill_tokens);
   if (f.transfer_workers <= 0) return invalid_argument("--transfer-workers must be positive");
   c.transfer_workers = f.transfer_workers;
+  HIQ_RETURN_IF_ERROR(with_flag_names(c.validate(), {{"max_total_tokens", "--max-total-tokens"},
+                                                     {"max_concurrency", "--max-concurrency"},
+                                                     {"transfer_workers", "--transfer-workers"},
+                                                     {"max_prefill_tokens", "--max-prefill-tokens"},
+                                                     {"max_running_requests", "--max-running-requests"}}));
   return c;
 }
 

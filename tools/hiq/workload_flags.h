@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/workload.h"
+#include "tools/hiq/flag_errors.h"
 
 namespace hiq::cli {
 
@@ -43,6 +44,14 @@ inline Result<std::unique_ptr<RequestSource>> make_request_source(const Workload
   if (f.dataset == "generated-shared-prefix") {
     SharedPrefixWorkload w = f.shared_prefix;
     if (vocab_size > 0) w.vocab_size = vocab_size;
+    HIQ_RETURN_IF_ERROR(with_flag_names(w.validate(), {{"num_groups", "--gsp-num-groups"},
+                                                       {"prompts_per_group", "--gsp-prompts-per-group"},
+                                                       {"system_prompt_len + question_len",
+                                                        "--gsp-system-prompt-len + --gsp-question-len"},
+                                                       {"system_prompt_len", "--gsp-system-prompt-len"},
+                                                       {"question_len", "--gsp-question-len"},
+                                                       {"output_len", "--gsp-output-len"},
+                                                       {"vocab_size", "the model's vocabulary size"}}));
     HIQ_ASSIGN_OR_RETURN(std::vector<Request> requests, w.generate());
     return make_list_source(std::move(requests));
   }
@@ -50,6 +59,11 @@ inline Result<std::unique_ptr<RequestSource>> make_request_source(const Workload
     MultiTurnWorkload w = f.multi_turn;
     w.seed = f.shared_prefix.seed;
     if (vocab_size > 0) w.vocab_size = vocab_size;
+    HIQ_RETURN_IF_ERROR(with_flag_names(w.validate(), {{"num_clients", "--num-clients"},
+                                                       {"num_rounds", "--num-rounds"},
+                                                       {"request_length", "--request-length"},
+                                                       {"output_length", "--output-length"},
+                                                       {"vocab_size", "the model's vocabulary size"}}));
     return make_multi_turn_source(w);
   }
   return invalid_argument("--dataset-name '" + f.dataset + "' is not one of generated-shared-prefix, multi-turn");

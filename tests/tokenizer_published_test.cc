@@ -179,6 +179,12 @@ TEST_P(PublishedTokenizer, LoadsAndGivesTheReferenceIdsForEveryText) {
   const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
   const Tokenizer& tok = *loaded;
+  // What add_special_tokens puts before a text: Llama 3's post-processor adds
+  // <|begin_of_text|>, Mistral Nemo's <s>; the others' post-processors add nothing.
+  const std::map<std::string, std::vector<int32_t>> prefixes = {{"llama3_1", {128000}}, {"mistral_nemo", {1}}};
+  const auto prefix = prefixes.find(name);
+  EXPECT_EQ(tok.template_prefix(), prefix == prefixes.end() ? std::vector<int32_t>{} : prefix->second) << name;
+  EXPECT_FALSE(tok.template_appends()) << name;
 
   Reference hf;
   const std::string golden = kPublishedDir + "/" + name + ".hf.json";

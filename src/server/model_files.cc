@@ -94,52 +94,11 @@ Result<GenerationConfig> read_generation_config(const std::string& dir, const To
 }
 
 Result<std::vector<int32_t>> read_prompt_prefix(const std::string& dir, const Tokenizer& tokenizer) {
-  // Only the post-processor is needed from tokenizer.json, which the
-  // tokenizer has already parsed under core/json_input.h's policy: skip its
-  // vocabulary.
-  const std::filesystem::path path = std::filesystem::path(dir) / "tokenizer.json";
+  if (tokenizer.template_appends())
+    return invalid_argument((std::filesystem::path(dir) / "tokenizer.json").string() +
+                            ": post_processor appends tokens after the text; such tokenizers are not supported");
+  if (!tokenizer.template_prefix().empty()) return tokenizer.template_prefix();
   std::vector<int32_t> prefix;
-  std::ifstream in(path);
-  if (in) {
-    const json::parser_callback_t only_post_processor = [](int depth, json::parse_event_t event, json& parsed) {
-      return !(depth == 1 && event == json::parse_event_t::key && parsed != "post_processor");
-    };
-    const json root = json::parse(in, only_post_processor, /*allow_exceptions=*/false);
-    if (root.is_discarded()) return invalid_argument(path.string() + ": not valid JSON");
-    const json post = root.is_object() && root.contains("post_processor") ? root["post_processor"] : json();
-    std::vector<const json*> processors;
-    if (post.is_object() && post.value("type", "") == "Sequence" && post.contains("processors") &&
-        post["processors"].is_array()) {
-      for (const json& p : post["processors"]) processors.push_back(&p);
-    } else if (post.is_object()) {
-      processors.push_back(&post);
-    }
-    for (const json* p : processors) {
-      if (!p->is_object() || p->value("type", "") != "TemplateProcessing") continue;
-      const json single = p->contains("single") ? (*p)["single"] : json();
-      if (!single.is_array()) return invalid_argument(path.string() + ": post_processor.single must be an array");
-      bool after_text = false;
-      for (const json& piece : single) {
-        if (piece.contains("Sequence")) {
-          after_text = true;
-          continue;
-        }
-        if (!piece.contains("SpecialToken") || !piece["SpecialToken"].contains("id") ||
-            !piece["SpecialToken"]["id"].is_string())
-          return invalid_argument(path.string() + ": post_processor.single holds an entry that is neither a Sequence "
-                                                  "nor a SpecialToken");
-        if (after_text)
-          return invalid_argument(path.string() + ": post_processor.single appends tokens after the text; "
-                                                  "such tokenizers are not supported");
-        const std::string name = piece["SpecialToken"]["id"].get<std::string>();
-        const auto id = tokenizer.token_id(name);
-        if (!id) return invalid_argument(path.string() + ": post_processor names the token '" + name +
-                                         "', which the tokenizer lacks");
-        prefix.push_back(*id);
-      }
-      return prefix;
-    }
-  }
   // No TemplateProcessing: tokenizer_config.json's add_bos_token, as the slow tokenizers do.
   HIQ_ASSIGN_OR_RETURN(const json config, read_json(dir, "tokenizer_config.json"));
   if (config.is_object() && config.value("add_bos_token", false) == true && config.contains("bos_token")) {

@@ -51,16 +51,43 @@ Result<bool> read_normalizer(const json& value, const std::string& path) {
 
 // "post_processor": encode() never applies one (Hugging Face's
 // add_special_tokens=False), but only kinds known to do nothing else are let
-// through, so nothing unexpected is skipped silently.
-Status check_post_processor(const json& value, const std::string& path) {
+// through, so nothing unexpected is skipped silently. What a
+// TemplateProcessing's single-sequence template adds is recorded: the names
+// of the special tokens before the text (`before`), and whether it adds any
+// after it.
+struct TemplateAdditions {
+  std::vector<std::string> before;
+  bool after = false;
+};
+
+Status read_post_processor(const json& value, const std::string& path, TemplateAdditions& additions) {
   if (value.is_null()) return Status::ok();
   const std::string type = type_of(value);
-  if (type == "ByteLevel" || type == "TemplateProcessing") return Status::ok();
+  if (type == "ByteLevel") return Status::ok();
+  if (type == "TemplateProcessing") {
+    const json& single = member_or_null(value, "single");
+    if (!single.is_array()) return field_error(path + ".single", "must be an array");
+    bool after_text = false;
+    for (size_t i = 0; i < single.size(); ++i) {
+      const json& piece = single[i];
+      if (piece.is_object() && piece.contains("Sequence")) {
+        after_text = true;
+        continue;
+      }
+      const json& special = member_or_null(piece, "SpecialToken");
+      HIQ_ASSIGN_OR_RETURN(std::string name,
+                           required_string(special, "id", path + ".single[" + std::to_string(i) + "].SpecialToken"));
+      if (after_text) additions.after = true;
+      else additions.before.push_back(std::move(name));
+    }
+    return Status::ok();
+  }
   if (type == "Sequence") {
     const auto list = value.find("processors");
     if (list == value.end() || !list->is_array()) return field_error(path + ".processors", "must be an array");
     for (size_t i = 0; i < list->size(); ++i)
-      HIQ_RETURN_IF_ERROR(check_post_processor((*list)[i], path + ".processors[" + std::to_string(i) + "]"));
+      HIQ_RETURN_IF_ERROR(
+          read_post_processor((*list)[i], path + ".processors[" + std::to_string(i) + "]", additions));
     return Status::ok();
   }
   return field_error(type.empty() ? path : path + ".type",
@@ -114,7 +141,8 @@ Result<Tokenizer> Tokenizer::build(const json& root) {
                        "is " + (decoder.is_object() ? quote_for_message(type_of(decoder)) : describe_json_value(decoder)) +
                            "; a byte-level BPE needs the ByteLevel decoder");
   }
-  HIQ_RETURN_IF_ERROR(check_post_processor(member_or_null(root, "post_processor"), "post_processor"));
+  TemplateAdditions additions;
+  HIQ_RETURN_IF_ERROR(read_post_processor(member_or_null(root, "post_processor"), "post_processor", additions));
 
   // Added tokens get the ids Hugging Face would give them: a token's own id
   // when its content is already a token, else the next id after the
@@ -178,6 +206,13 @@ Result<Tokenizer> Tokenizer::build(const json& root) {
     tok.token_bytes_[token.id] = byte_level_decode(form);
     tok.id_flags_[token.id] = static_cast<uint8_t>(kHasToken | (token.special ? kSpecial : 0));
   }
+  // The template's tokens, by name, once every token has its id.
+  for (const std::string& name : additions.before) {
+    const std::optional<int32_t> id = tok.token_id(name);
+    if (!id) return field_error("post_processor", "names the token " + quote_for_message(name) + ", which is no token");
+    tok.template_prefix_.push_back(*id);
+  }
+  tok.template_appends_ = additions.after;
   return tok;
 }
 

@@ -98,6 +98,12 @@ class Tokenizer {
   const std::vector<AddedToken>& added_tokens() const { return added_; }
   // Whether text is NFC-normalized before pre-tokenization.
   bool normalizes_nfc() const { return nfc_; }
+  // What the post-processor's TemplateProcessing puts before a text that
+  // Hugging Face encodes with add_special_tokens (Llama 3's
+  // <|begin_of_text|>); empty when it has none. encode() never adds it.
+  const std::vector<int32_t>& template_prefix() const { return template_prefix_; }
+  // Whether that template also appends tokens after the text.
+  bool template_appends() const { return template_appends_; }
 
  private:
   // The flags of one id, for decode.
@@ -120,6 +126,8 @@ class Tokenizer {
   AddedTokenMatcher normalized_matcher_;  // added tokens with normalized true (NFC content) → index in added_
   std::vector<std::string> token_bytes_;  // id → the bytes decode gives for it
   std::vector<uint8_t> id_flags_;         // id → IdFlags
+  std::vector<int32_t> template_prefix_;  // see template_prefix()
+  bool template_appends_ = false;
 };
 
 }  // namespace hiq

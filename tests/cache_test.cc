@@ -431,3 +431,74 @@ TEST(RadixCache, InsertOverARestoreInFlightThatFailsKeepsTheComputedKv) {
 
 }  // namespace
 }  // namespace hiq
+
+namespace hiq {
+namespace {
+
+// A node whose backup is in flight cannot give up its L1 slots until the
+// backup has read them. Eviction frees what is free of transfers first, and
+// waits for a backup only when that does not suffice; reclaimable_l1_tokens
+// counts both. (No poll: the cache sees the backups in flight however fast
+// the workers copy.)
+TEST(RadixCache, EvictionWaitsForABackupOnlyWhenNothingElseFrees) {
+  Harness h(CodecKind::kInt8, 1, 32, 64, RadixCacheOptions{});
+  const std::vector<TokenId> a = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<TokenId> b = {9, 10, 11, 12, 13, 14, 15, 16};
+  ASSERT_TRUE(serve(h, a, true));
+  h.cache->drain_transfers();  // a: in L1 and L2
+  ASSERT_TRUE(serve(h, b, true));
+  ASSERT_EQ(h.cache->transfers_in_flight(), 1u);  // b: backing up
+  EXPECT_EQ(h.cache->reclaimable_l1_tokens(), 16u);
+  {
+    PrefixMatch m = h.cache->match_prefix(b);
+    CacheLock held = h.cache->lock(m.l1_node);
+    EXPECT_EQ(h.cache->reclaimable_l1_tokens(), 8u) << "a locked node is not reclaimable";
+  }
+
+  EXPECT_EQ(h.cache->evict_l1(8), 8u);
+  EXPECT_EQ(h.cache->stats().l1_eviction_waits, 0u) << "a was free to go: nothing to wait for";
+  EXPECT_EQ(h.cache->transfers_in_flight(), 1u);
+  EXPECT_EQ(h.cache->l1_tokens(), 8u);
+
+  EXPECT_EQ(h.cache->evict_l1(8), 8u);
+  EXPECT_EQ(h.cache->stats().l1_eviction_waits, 1u);
+  EXPECT_EQ(h.cache->stats().l1_eviction_wait_tokens, 8u);
+  EXPECT_EQ(h.cache->transfers_in_flight(), 0u);
+  EXPECT_EQ(h.cache->l1_tokens(), 0u);
+  EXPECT_EQ(h.cache->l2_tokens(), 16u) << "b's backup completed before its L1 copy went";
+  EXPECT_EQ(h.cache->reclaimable_l1_tokens(), 0u);
+  EXPECT_TRUE(h.cache->check_invariants().is_ok()) << h.cache->check_invariants().to_string();
+  size_t restored = 0;
+  ASSERT_TRUE(serve(h, b, true, &restored));  // checks the restored rows
+  EXPECT_EQ(restored, 8u);
+}
+
+// A backup that fails while eviction waits for it leaves the node in L1
+// only; eviction then drops it (its KV is recomputed when next needed).
+TEST(RadixCache, EvictionWaitingForABackupThatFailsDropsTheNode) {
+  KvGeometry g = tiny_geometry(1);
+  auto l1 = *make_host_memory_device_pool(g, 16);
+  HostKvPoolOptions ho;
+  ho.codec = CodecKind::kInt8;
+  ho.ratio = 2;
+  auto l2 = *HostKvPool::create(g, ho, 16);
+  TransferEngineOptions eo;
+  eo.before_layer = [](Ticket, TransferKind kind, int) {
+    return kind == TransferKind::kBackup ? data_loss("injected backup failure") : Status::ok();
+  };
+  auto engine = *make_cpu_transfer_engine(*l1, *l2, eo);
+  RadixCache cache(*l1, l2.get(), engine.get());
+  (void)cache.insert(std::vector<TokenId>{1, 2, 3, 4}, *l1->allocator().allocate(4));
+  ASSERT_EQ(cache.transfers_in_flight(), 1u);
+  EXPECT_EQ(cache.evict_l1(4), 4u);
+  EXPECT_EQ(cache.stats().l1_eviction_waits, 1u);
+  EXPECT_EQ(cache.stats().backup_failures, 1u);
+  EXPECT_EQ(cache.stats().l1_dropped_tokens, 4u);
+  EXPECT_EQ(cache.l2_tokens(), 0u);
+  EXPECT_EQ(l1->allocator().used_count(), 0u);
+  EXPECT_EQ(l2->allocator().used_count(), 0u);
+  EXPECT_TRUE(cache.check_invariants().is_ok()) << cache.check_invariants().to_string();
+}
+
+}  // namespace
+}  // namespace hiq

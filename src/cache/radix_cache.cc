@@ -345,7 +345,47 @@ void RadixCache::drop(RadixNode* node) {
   parent->children.erase(first_page(node->key, page_size_));  // destroys `node`
 }
 
+size_t RadixCache::reclaimable_l1_tokens() const {
+  // A node nothing locks has no locked descendant either (lock_ref counts
+  // them), so its whole subtree can go, leaves first, once its transfers settle.
+  size_t tokens = 0;
+  std::vector<const RadixNode*> stack = {root_.get()};
+  while (!stack.empty()) {
+    const RadixNode* n = stack.back();
+    stack.pop_back();
+    if (n != root_.get() && n->lock_ref == 0) tokens += n->l1.size();
+    for (auto& [_, child] : n->children) stack.push_back(child.get());
+  }
+  return tokens;
+}
+
 size_t RadixCache::evict_l1(size_t tokens) {
+  size_t freed = evict_l1_settled(tokens);
+  while (freed < tokens) {
+    // What is left to free is held by transfers in flight (a backup reads the
+    // slots it would give up; a restore writes them). Wait for those of
+    // unlocked nodes — usually the short backups of just-finished requests —
+    // rather than fail an admission that fits once they settle.
+    std::vector<RadixNode*> pinned;
+    std::vector<RadixNode*> stack = {root_.get()};
+    while (!stack.empty()) {
+      RadixNode* n = stack.back();
+      stack.pop_back();
+      if (n != root_.get() && n->lock_ref == 0 && n->transfer != NodeTransfer::kNone) pinned.push_back(n);
+      for (auto& [_, child] : n->children) stack.push_back(child.get());
+    }
+    if (pinned.empty()) break;
+    for (RadixNode* n : pinned) {
+      if (n->transfer == NodeTransfer::kNone) continue;  // settled with an earlier node's transfer
+      ++stats_.l1_eviction_waits;
+      stats_.l1_eviction_wait_tokens += settle_now(n);
+    }
+    freed += evict_l1_settled(tokens - freed);
+  }
+  return freed;
+}
+
+size_t RadixCache::evict_l1_settled(size_t tokens) {
   // Victims are L1 leaves (no child in L1). Freeing one can make its parent a
   // leaf, which then competes with the rest.
   using Entry = std::tuple<uint64_t, uint64_t, RadixNode*>;  // priority, tie-break, node
@@ -380,6 +420,8 @@ size_t RadixCache::evict_l1(size_t tokens) {
         const Ticket ticket = inflight_.back().first;
         const bool ok = engine_->wait(ticket).is_ok();
         std::erase_if(inflight_, [&](const auto& e) { return e.first == ticket; });
+        ++stats_.l1_eviction_waits;
+        stats_.l1_eviction_wait_tokens += size;
         settle(victim, ok);
       }
     }
@@ -491,16 +533,19 @@ void RadixCache::settle(RadixNode* n, bool ok) {
   n->transfer = NodeTransfer::kNone;
 }
 
-void RadixCache::settle_now(RadixNode* node) {
+size_t RadixCache::settle_now(RadixNode* node) {
   auto entry = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& e) {
     return std::find(e.second.begin(), e.second.end(), node) != e.second.end();
   });
   HIQ_CHECK_MSG(entry != inflight_.end(), "a node under transfer that no transfer lists");
   const Ticket ticket = entry->first;
+  size_t tokens = 0;
+  for (const RadixNode* n : entry->second) tokens += n->size();
   // The engine still knows the ticket: only poll_transfers() acknowledges, and
   // it applies what it acknowledges. apply() drops the entry, so the later
   // completion from poll() is ignored.
   apply(Completion{ticket, TransferKind::kLoad, 0, engine_->wait(ticket)});
+  return tokens;
 }
 
 void RadixCache::apply(const Completion& completion) {

@@ -30,8 +30,9 @@
 //   2. Below a node that has no L1 slots, no node has L1 slots: a path is L1
 //      from the root down, then host-only.
 //   3. A node with a transfer in flight is not evicted (splitting it shares the
-//      transfer between the halves); nor is a node whose L1 slots a request has
-//      locked (lock counts are balanced).
+//      transfer between the halves): eviction waits for the transfer when it
+//      must. Nor is a node whose L1 slots a request has locked (lock counts are
+//      balanced).
 //   4. Every slot of either pool is owned by exactly one node, or by a request,
 //      or is free.
 //
@@ -83,6 +84,9 @@ struct RadixCacheStats {
   uint64_t l1_evicted_to_host_tokens = 0;             // L1 slots freed, host copy kept
   uint64_t l1_dropped_tokens = 0;                     // evicted from L1 with no host copy
   uint64_t l2_evicted_tokens = 0;
+  // Transfers L1 eviction waited for (a backup reading, or a restore writing,
+  // slots it had to free; write-back's backups), and the tokens they carried.
+  uint64_t l1_eviction_waits = 0, l1_eviction_wait_tokens = 0;
 };
 
 class RadixCache;
@@ -163,8 +167,12 @@ class RadixCache {
   std::vector<SlotId> l1_slots_to(const RadixNode* node) const;
 
   // Frees at least `tokens` L1 slots by evicting unlocked leaves, if it can;
-  // returns the number freed.
+  // returns the number freed. Waits for the transfers of unlocked nodes (see
+  // l1_eviction_waits) only when what is free of them does not suffice.
   size_t evict_l1(size_t tokens);
+  // L1 tokens evict_l1 could free: those of every node nothing locks, whether
+  // or not a transfer still pins them. O(nodes).
+  size_t reclaimable_l1_tokens() const;
   // Frees at least `tokens` L2 slots by dropping unprotected host-only leaves.
   size_t evict_l2(size_t tokens);
 
@@ -201,8 +209,11 @@ class RadixCache {
   // Ends a node's transfer: a good backup or restore makes its copy valid, a
   // failed one frees the slots it was writing.
   void settle(RadixNode* node, bool ok);
-  // Waits for the transfer `node` is part of and applies it now.
-  void settle_now(RadixNode* node);
+  // Waits for the transfer `node` is part of and applies it now; returns the
+  // tokens that transfer carried.
+  size_t settle_now(RadixNode* node);
+  // evict_l1 without waiting for any transfer.
+  size_t evict_l1_settled(size_t tokens);
   Result<std::vector<SlotId>> allocate_l1(size_t tokens);
   Result<std::vector<SlotId>> allocate_l2(size_t tokens);
   uint64_t tick() { return ++clock_; }

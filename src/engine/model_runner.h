@@ -60,6 +60,10 @@ class ModelRunner {
   virtual double now() const = 0;
   // Advances the clock to `t` if it is behind (idle time between arrivals).
   virtual void advance_to(double t) = 0;
+  // The scheduler blocked until cache transfers carrying `tokens` tokens
+  // settled (L1 eviction waiting for backups). A model's wall clock has
+  // already spent that time; the simulator charges it.
+  virtual void waited_for_transfers(size_t tokens) { (void)tokens; }
 };
 
 }  // namespace hiq

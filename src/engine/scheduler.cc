@@ -82,12 +82,29 @@ void Scheduler::emit(Active& a, ForwardResult& result) {
 
 Scheduler::Admission Scheduler::admit(Active& a) {
   const std::vector<TokenId>& prompt = a.request.prompt;
+  // Every token but the last output has KV, cached or computed, in an L1 slot.
+  const size_t outputs = static_cast<size_t>(std::max(0, a.request.max_new_tokens - 1));
+  if (prompt.size() + outputs > l1_.num_slots()) {
+    a.result.status = resource_exhausted("request " + std::to_string(a.request.id) + " needs " +
+                                         std::to_string(prompt.size() + outputs) + " L1 slots; the pool has " +
+                                         std::to_string(l1_.num_slots()));
+    return Admission::kRejected;
+  }
   const size_t usable = usable_prefix(a.request);
   // Match only what may be used, so that a prompt cached whole — in L2 too —
   // still has its usable part restored rather than recomputed.
   PrefixMatch m = cache_.match_prefix(std::span(prompt).first(usable));
-  a.slots = m.l1_slots;
   a.lock = cache_.lock(m.l1_node);
+  // Slots for the rest of the prompt — restored or computed alike — and for
+  // every output token but the last (whose KV is never computed), reserved now
+  // so decode never runs out. A request that cannot have them all waits
+  // before it changes anything: no eviction, no restore.
+  const size_t needed = prompt.size() - m.l1_slots.size() + outputs;
+  if (l1_.allocator().free_count() + cache_.reclaimable_l1_tokens() < needed) {
+    a.lock.release();
+    return Admission::kWait;
+  }
+  a.slots = m.l1_slots;
   a.load.reset();
   a.restored_begin = a.restored_end = a.slots.size();
   if (m.host_tokens > 0 && m.l1_slots.size() + m.host_tokens <= usable && engine_ != nullptr) {
@@ -100,18 +117,10 @@ Scheduler::Admission Scheduler::admit(Active& a) {
     }
   }
   a.cached = a.slots.size();
-  // Slots for the rest of the prompt and for every output token but the last
-  // (whose KV is never computed), reserved now so decode never runs out.
-  const size_t needed = prompt.size() - a.cached + static_cast<size_t>(std::max(0, a.request.max_new_tokens - 1));
-  if (needed > l1_.num_slots()) {
-    a.lock.release();
-    a.result.status = resource_exhausted("request " + std::to_string(a.request.id) + " needs " +
-                                         std::to_string(needed) + " L1 slots; the pool has " +
-                                         std::to_string(l1_.num_slots()));
-    return Admission::kRejected;
-  }
-  if (l1_.allocator().free_count() < needed) cache_.evict_l1(needed - l1_.allocator().free_count());
-  auto slots = l1_.allocator().allocate(needed);
+  const size_t rest = needed - (a.cached - m.l1_slots.size());
+  if (l1_.allocator().free_count() < rest) cache_.evict_l1(rest - l1_.allocator().free_count());
+  auto slots = l1_.allocator().allocate(rest);
+  HIQ_DCHECK(slots.is_ok());  // the slots were counted above
   if (!slots) {
     a.lock.release();  // a restore already issued completes into the tree; it is not lost
     a.slots.clear();
@@ -266,6 +275,7 @@ Result<bool> Scheduler::step() {
     }
     return false;
   };
+  const uint64_t waited_before = cache_.stats().l1_eviction_wait_tokens;
   for (auto it = waiting_.begin();
        it != waiting_.end() && running_.size() + batch.size() < options_.max_running_requests;) {
     Active& a = **it;
@@ -294,6 +304,8 @@ Result<bool> Scheduler::step() {
     budget -= std::min(budget, owned->request.prompt.size() - owned->cached);
     batch.push_back(std::move(owned));
   }
+  if (const uint64_t waited = cache_.stats().l1_eviction_wait_tokens - waited_before; waited > 0)
+    runner_.waited_for_transfers(waited);
   if (!batch.empty()) {
     HIQ_RETURN_IF_ERROR(prefill(batch));
     for (auto& a : batch) running_.push_back(std::move(a));

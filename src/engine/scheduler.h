@@ -7,8 +7,11 @@
 // KV inserted, locks released, unused slots freed). Each step either prefills
 // the requests that fit the step's token budget or, when none can be admitted,
 // runs one decode step of every running request. A request that can never fit
-// in L1 is rejected with a reason; one that cannot fit now waits. A restore
-// that fails sends its request back to the queue to be recomputed.
+// in L1 is rejected with a reason; one that cannot fit now waits, and its
+// failed admission changes nothing (no eviction, no restore). One that fits
+// once backups in flight settle (those finish() just issued, which pin the
+// finished requests' L1) waits for them and is admitted in the same step. A
+// restore that fails sends its request back to the queue to be recomputed.
 #pragma once
 
 #include <deque>

@@ -268,4 +268,13 @@ Result<std::vector<ForwardResult>> SimRunner::forward(std::span<const ForwardIte
   return next;
 }
 
+void SimRunner::waited_for_transfers(size_t tokens) {
+  const SimCostModel& cost = options_.cost;
+  const double bytes = static_cast<double>(tokens * (l2_ ? l2_->bytes_per_token() : 0));
+  const double bf16_bytes = static_cast<double>(tokens * l1_.geometry().l1_bytes_per_token());
+  const double seconds = bytes / cost.pcie_bytes_per_s + bf16_bytes / cost.codec_bytes_per_s;
+  clock_ += seconds;
+  stats_.transfer_wait_seconds += seconds;
+}
+
 }  // namespace hiq

@@ -86,6 +86,7 @@ struct SimRunnerStats {
   uint64_t sampled_rows = 0;      // of which checked by their first kSampleElements values (decode)
   uint64_t restored_tokens_read = 0;
   double compute_seconds = 0, restore_seconds = 0;
+  double transfer_wait_seconds = 0;  // charged by waited_for_transfers
 };
 
 class SimRunner final : public ModelRunner {
@@ -96,6 +97,9 @@ class SimRunner final : public ModelRunner {
   Result<std::vector<ForwardResult>> forward(std::span<const ForwardItem> batch) override;
   double now() const override { return clock_; }
   void advance_to(double t) override { clock_ = std::max(clock_, t); }
+  // Charges the transfers' whole time, as if they had only just been issued
+  // (an upper bound): the encoded bytes over PCIe plus the codec.
+  void waited_for_transfers(size_t tokens) override;
   const SimRunnerStats& stats() const { return stats_; }
 
   // The prefix hash the synthetic KV of tokens[p] derives from.

@@ -136,6 +136,7 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
     report.l2_evicted_tokens = cs.l2_evicted_tokens;
     report.restore_failures = cs.load_back_failures;
     report.backup_failures = cs.backup_failures;
+    report.l1_eviction_waits = cs.l1_eviction_waits;
     report.l2_used_tokens = cache.l2_tokens();
     report.scheduler = scheduler.stats();
   }

@@ -64,6 +64,7 @@ struct SimulationReport {
   double l2_bytes_per_token = 0;      // measured: backup bytes ÷ backed-up tokens
   uint64_t restored_tokens = 0, backup_tokens = 0, l1_evicted_tokens = 0, l2_evicted_tokens = 0;
   uint64_t restore_failures = 0, backup_failures = 0;  // transfers that failed (their tokens were recomputed)
+  uint64_t l1_eviction_waits = 0;     // transfers L1 eviction waited for (RadixCacheStats)
   uint64_t verified_tokens = 0;       // cached tokens the simulated model checked on read
   double ttft_mean = 0, ttft_p50 = 0, ttft_p99 = 0;  // seconds, virtual
   double virtual_seconds = 0, output_tokens_per_s = 0;

@@ -125,6 +125,7 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
                    {"l1_evicted_to_host_tokens", s.cache.l1_evicted_to_host_tokens},
                    {"l1_dropped_tokens", s.cache.l1_dropped_tokens},
                    {"l2_evicted_tokens", s.cache.l2_evicted_tokens},
+                   {"l1_eviction_waits", s.cache.l1_eviction_waits},
                    {"running", s.running},
                    {"waiting", s.waiting},
                    {"finished", s.finished},

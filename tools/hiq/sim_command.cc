@@ -103,6 +103,7 @@ int run_sim(const SimFlags& f) {
         {"backup_tokens", r.backup_tokens},
         {"l1_evicted_tokens", r.l1_evicted_tokens},
         {"l2_evicted_tokens", r.l2_evicted_tokens},
+        {"l1_eviction_waits", r.l1_eviction_waits},
         {"restore_failures", r.restore_failures},
         {"backup_failures", r.backup_failures},
         {"verified_tokens", r.verified_tokens},

@@ -123,10 +123,11 @@ bool serve(Harness& h, std::span<const TokenId> tokens, bool use_host, size_t* r
   RadixCache& cache = *h.cache;
   // The side-effect-free count the scheduler budgets with sees what the match will.
   const uint64_t match_calls = cache.stats().match_calls;
-  const size_t peeked = cache.cached_prefix_tokens(tokens);
+  const CachedPrefix peeked = cache.cached_prefix(tokens);
   EXPECT_EQ(cache.stats().match_calls, match_calls);
   PrefixMatch m = cache.match_prefix(tokens);
-  EXPECT_EQ(peeked, m.total_tokens());
+  EXPECT_EQ(peeked.l1, m.l1_slots.size());
+  EXPECT_EQ(peeked.host, m.host_tokens);
   CacheLock lock = cache.lock(m.l1_node);
   EXPECT_TRUE(h.holds(tokens, 0, m.l1_slots, Harness::Origin::kEither));
   std::vector<SlotId> slots = m.l1_slots;

@@ -41,6 +41,19 @@ assert r["bf16"]["l2_bytes_per_token"] == 28 * 2 * 8 * 128 * 2
 print("ok   sim reports:", {m: round(d["hit_rate"], 3) for m, d in r.items()})
 PY
 
+# LPM serves the same requests with the same hit rate or better, and says so.
+"$HIQ" sim "${small[@]}" --hicache-codec int8 --hicache-size 0.5GB --schedule-policy lpm --json >"$TMP/lpm.json" \
+  2>"$TMP/lpm.err" || fail "hiq sim --schedule-policy lpm exited non-zero: $(cat "$TMP/lpm.err")"
+python3 - "$TMP" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+fcfs, lpm = (json.load(open(f"{tmp}/{m}.json")) for m in ("int8", "lpm"))
+assert fcfs["schedule_policy"] == "fcfs" and lpm["schedule_policy"] == "lpm", (fcfs["schedule_policy"], lpm["schedule_policy"])
+assert lpm["requests"] == 32 and lpm["rejected"] == 0, lpm
+assert lpm["hit_rate_device"] >= fcfs["hit_rate_device"], (lpm["hit_rate_device"], fcfs["hit_rate_device"])
+print("ok   lpm: L1 hit rate", round(lpm["hit_rate_device"], 3), "vs fcfs", round(fcfs["hit_rate_device"], 3))
+PY
+
 "$HIQ" sim --model qwen3-0.6b --max-total-tokens 1024 --dataset-name multi-turn --num-clients 6 --num-rounds 3 \
   --request-length 64 --output-length 8 --hicache-size 0.5GB --json >"$TMP/mt.json" 2>"$TMP/mt.err" \
   || fail "multi-turn sim exited non-zero: $(cat "$TMP/mt.err")"
@@ -65,6 +78,9 @@ expect_error "int3" --hicache-codec int3
 expect_error "--dataset-name" --dataset-name sharegpt
 expect_error "--num-rounds" --dataset-name multi-turn --num-rounds 0
 expect_error "--max-concurrency" --max-concurrency 0
+expect_error "--schedule-policy 'dfs-weight' is not one of fcfs, lpm" --schedule-policy dfs-weight
+expect_error "--schedule-max-overtakes" --schedule-max-overtakes -1
+expect_error "--max-running-requests" --max-running-requests 0
 expect_error "--gsp-num-groups" --gsp-num-groups 0
 expect_error "--hicache-ratio must be a positive" --hicache-size 0 --hicache-ratio 0
 # Two flags that would each size the host tier are refused by name, never one

@@ -3,7 +3,9 @@
 // admission. The simulated model checks every cached row it reads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
+#include <string>
 
 #include "engine/scheduler.h"
 #include "engine/sim_runner.h"
@@ -90,7 +92,7 @@ TEST(Scheduler, AFailedAdmissionEvictsNothing) {
     EXPECT_EQ(h.scheduler->waiting(), 1u);
     EXPECT_EQ(h.scheduler->stats().admission_waits, 1u);
     EXPECT_EQ(h.cache->stats().l1_evicted_to_host_tokens + h.cache->stats().l1_dropped_tokens, 0u);
-    EXPECT_EQ(h.cache->cached_prefix_tokens(cached.prompt), 10u);
+    EXPECT_EQ(h.cache->cached_prefix(cached.prompt).l1, 10u);
 
     const std::vector<RequestResult> done = h.run_to_end();
     ASSERT_EQ(done.size(), 2u);
@@ -121,6 +123,129 @@ TEST(Scheduler, RequestsFinishingTogetherHandTheirL1ToTheNextAdmission) {
   done = h.run_to_end();
   ASSERT_EQ(done.size(), 1u);
   EXPECT_TRUE(done[0].status.is_ok()) << done[0].status.to_string();
+}
+
+// A request's output slots are counted at admission, not taken: cached KV
+// stays in L1 until a decode step needs its slot. Here R may generate 60
+// tokens, which would need the 30 slots of the cached prefix X, but stops
+// (is cancelled) after 4: X is never evicted.
+TEST(Scheduler, OutputSlotsAreTakenOnlyAsDecodeNeedsThem) {
+  SchedulerHarness h(80, /*host_tier=*/false);
+  const Request x = SchedulerHarness::request(1, 1000, 30, 1);
+  h.scheduler->submit(x, 0);
+  ASSERT_EQ(h.run_to_end().size(), 1u);
+  h.scheduler->submit(SchedulerHarness::request(2, 2000, 10, 60), 0);  // 10 + 59 slots: 50 free + X's 30
+  for (int i = 0; i < 4; ++i) h.step();
+  EXPECT_EQ(h.scheduler->running(), 1u);
+  EXPECT_EQ(h.cache->cached_prefix(x.prompt).l1, 30u);
+  EXPECT_EQ(h.l1->allocator().used_count(), 30u + 10 + 3) << "X, R's prompt and its 3 decode steps' tokens";
+  // Another request that needs X's slots too waits: R's outputs still to come are counted.
+  h.scheduler->submit(SchedulerHarness::request(3, 3000, 20, 1), 0);  // 20 ≤ 80 - 43 free + 30, not + R's 56
+  h.step();
+  EXPECT_EQ(h.scheduler->waiting(), 1u);
+  ASSERT_TRUE(h.scheduler->cancel(2));
+  const std::vector<RequestResult> done = h.run_to_end();
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].finish_reason, FinishReason::kCancelled);
+  EXPECT_TRUE(done[1].status.is_ok()) << done[1].status.to_string();
+  EXPECT_EQ(h.cache->stats().l1_dropped_tokens, 0u) << "nothing needed X's slots";
+}
+
+// Decode takes its slots from cached KV when nothing is free (evicting
+// least recently used first), and every request still completes.
+TEST(Scheduler, DecodeEvictsCachedKvForItsSlots) {
+  SchedulerHarness h(60, /*host_tier=*/true);
+  const Request x = SchedulerHarness::request(1, 1000, 30, 1);
+  h.scheduler->submit(x, 0);
+  ASSERT_EQ(h.run_to_end().size(), 1u);
+  h.scheduler->submit(SchedulerHarness::request(2, 2000, 20, 30), 0);  // 20 + 29 of 30 free + 30 cached
+  const std::vector<RequestResult> done = h.run_to_end();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].status.is_ok()) << done[0].status.to_string();
+  EXPECT_EQ(done[0].output.size(), 30u);
+  EXPECT_EQ(h.cache->stats().l1_evicted_to_host_tokens, 30u) << "X, one node, went to the host tier whole";
+  EXPECT_EQ(h.cache->cached_prefix(x.prompt).host, 30u);
+}
+
+// A prompt sharing a running request's prefix (P + 8 tokens).
+Request sharing(uint64_t id, const std::vector<TokenId>& prefix, TokenId first) {
+  Request r = SchedulerHarness::request(id, first, 8, 2);
+  r.prompt.insert(r.prompt.begin(), prefix.begin(), prefix.end());
+  return r;
+}
+
+// L1 of 100: A (prefix P of 32 + 8, 20 outputs) holds 59 slots. B (45
+// tokens, nothing cached) needs 46 of the 41 left and waits; C, sharing P
+// with A, needs 9. FCFS keeps C behind B; LPM admits C beside A.
+TEST(Scheduler, LongestPrefixMatchAdmitsTheRequestThatSharesARunningPrefix) {
+  std::vector<TokenId> prefix(32);
+  std::iota(prefix.begin(), prefix.end(), 500);
+  for (SchedulePolicy policy : {SchedulePolicy::kFcfs, SchedulePolicy::kLpm}) {
+    SCOPED_TRACE(std::string(schedule_policy_name(policy)));
+    SchedulerOptions o;
+    o.policy = policy;
+    SchedulerHarness h(100, /*host_tier=*/false, o);
+    Request a = sharing(1, prefix, 1000);
+    a.max_new_tokens = 20;
+    h.scheduler->submit(a, 0);
+    h.step();
+    h.scheduler->submit(SchedulerHarness::request(2, 2000, 45, 2), 0);
+    h.scheduler->submit(sharing(3, prefix, 3000), 0);
+    h.step();
+    EXPECT_EQ(h.scheduler->running(), policy == SchedulePolicy::kLpm ? 2u : 1u);
+    const std::vector<RequestResult> done = h.run_to_end();
+    ASSERT_EQ(done.size(), 3u);
+    for (const RequestResult& r : done) {
+      EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+      EXPECT_EQ(r.cached_l1_tokens, r.request.id == 3 ? 32u : 0u) << r.request.id;
+    }
+    // LPM admitted C first: it finished before B.
+    const bool c_before_b = std::find_if(done.begin(), done.end(), [](auto& r) { return r.request.id == 3; }) <
+                            std::find_if(done.begin(), done.end(), [](auto& r) { return r.request.id == 2; });
+    EXPECT_EQ(c_before_b, policy == SchedulePolicy::kLpm);
+  }
+}
+
+// The same, then D (sharing P) arrives. B has been overtaken once (by C):
+// with max_overtakes 1 it now goes first and, not fitting, holds D back too;
+// with the default bound D overtakes it as C did.
+TEST(Scheduler, LongestPrefixMatchBoundsHowOftenARequestIsOvertaken) {
+  std::vector<TokenId> prefix(32);
+  std::iota(prefix.begin(), prefix.end(), 500);
+  for (size_t bound : {size_t{1}, SchedulerOptions{}.max_overtakes}) {
+    SCOPED_TRACE("max_overtakes " + std::to_string(bound));
+    SchedulerOptions o;
+    o.policy = SchedulePolicy::kLpm;
+    o.max_overtakes = bound;
+    SchedulerHarness h(100, /*host_tier=*/false, o);
+    Request a = sharing(1, prefix, 1000);
+    a.max_new_tokens = 20;
+    h.scheduler->submit(a, 0);
+    h.step();
+    h.scheduler->submit(SchedulerHarness::request(2, 2000, 45, 2), 0);
+    h.scheduler->submit(sharing(3, prefix, 3000), 0);
+    h.step();
+    ASSERT_EQ(h.scheduler->running(), 2u);
+    h.scheduler->submit(sharing(4, prefix, 4000), 0);
+    h.step();
+    EXPECT_EQ(h.scheduler->running(), bound == 1 ? 2u : 3u);
+    EXPECT_EQ(h.scheduler->waiting(), bound == 1 ? 2u : 1u);
+    const std::vector<RequestResult> done = h.run_to_end();
+    ASSERT_EQ(done.size(), 4u);
+    const auto admitted = [&](uint64_t id) {
+      return std::find_if(done.begin(), done.end(), [&](auto& r) { return r.request.id == id; })->admitted;
+    };
+    if (bound == 1) EXPECT_LE(admitted(2), admitted(4));
+    else EXPECT_LT(admitted(4), admitted(2));
+  }
+}
+
+TEST(SchedulePolicyNames, ParseSglangSpellings) {
+  EXPECT_EQ(*parse_schedule_policy("fcfs"), SchedulePolicy::kFcfs);
+  EXPECT_EQ(*parse_schedule_policy("lpm"), SchedulePolicy::kLpm);
+  auto bad = parse_schedule_policy("dfs-weight");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("'dfs-weight' is not one of fcfs, lpm"), std::string::npos);
 }
 
 }  // namespace

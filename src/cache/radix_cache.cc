@@ -173,10 +173,10 @@ RadixNode* RadixCache::split(RadixNode* node, size_t at) {
   return result;
 }
 
-size_t RadixCache::cached_prefix_tokens(std::span<const TokenId> tokens) const {
+CachedPrefix RadixCache::cached_prefix(std::span<const TokenId> tokens) const {
   const size_t n = tokens.size() / page_size_ * page_size_;
   const RadixNode* node = root_.get();
-  size_t pos = 0;
+  size_t pos = 0, l1 = 0;
   bool host_part = false;
   while (pos < n) {
     auto it = node->children.find(first_page(tokens.subspan(pos), page_size_));
@@ -189,10 +189,11 @@ size_t RadixCache::cached_prefix_tokens(std::span<const TokenId> tokens) const {
     if (common == 0 || !usable) break;
     host_part = host_part || child->host_only();
     pos += common;
+    if (!host_part) l1 = pos;
     if (common < child->size()) break;
     node = child;
   }
-  return pos;
+  return {l1, pos - l1};
 }
 
 PrefixMatch RadixCache::match_prefix(std::span<const TokenId> tokens) {

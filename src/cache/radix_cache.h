@@ -121,6 +121,12 @@ struct PrefixMatch {
   size_t total_tokens() const { return l1_slots.size() + host_tokens; }
 };
 
+struct CachedPrefix {
+  size_t l1 = 0;    // tokens resident in L1, from the first
+  size_t host = 0;  // the next tokens, cached in L2 only
+  size_t total() const { return l1 + host; }
+};
+
 struct LoadBack {
   Ticket ticket = 0;               // wait on it (per layer) before reading the restored slots
   std::vector<SlotId> l1_slots;    // the restored tokens' new L1 slots, in token order
@@ -140,9 +146,9 @@ class RadixCache {
   // The longest cached prefix of `tokens`, in whole pages. Counts a hit on
   // every matched node and refreshes its access time.
   PrefixMatch match_prefix(std::span<const TokenId> tokens);
-  // How many tokens match_prefix would find (L1 and host parts), without
-  // its effects: no split, no hit counted, no access time refreshed.
-  size_t cached_prefix_tokens(std::span<const TokenId> tokens) const;
+  // What match_prefix would find (its L1 and host parts), without its
+  // effects: no split, no hit counted, no access time refreshed.
+  CachedPrefix cached_prefix(std::span<const TokenId> tokens) const;
 
   // Restores the host part of `match` into newly allocated L1 slots (evicting
   // from L1 if needed) in one transfer. kFailedPrecondition when there is no

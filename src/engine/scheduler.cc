@@ -13,18 +13,36 @@ const SamplingParams* sampling_of(const Request& r) { return r.sampling.greedy()
 
 }  // namespace
 
+std::string_view schedule_policy_name(SchedulePolicy policy) {
+  switch (policy) {
+    case SchedulePolicy::kFcfs: return "fcfs";
+    case SchedulePolicy::kLpm: return "lpm";
+  }
+  return "unknown";
+}
+
+Result<SchedulePolicy> parse_schedule_policy(std::string_view name) {
+  for (SchedulePolicy p : {SchedulePolicy::kFcfs, SchedulePolicy::kLpm})
+    if (schedule_policy_name(p) == name) return p;
+  return invalid_argument("schedule_policy '" + std::string(name) + "' is not one of fcfs, lpm");
+}
+
 struct Scheduler::Active {
   Request request;
   RequestResult result;
   std::vector<TokenId> tokens;    // prompt, then the generated tokens fed back
   std::vector<SlotId> slots;      // an L1 slot per token of `tokens`
-  std::vector<SlotId> reserved;   // L1 slots set aside for the remaining prompt and output tokens
+  std::vector<SlotId> reserved;   // L1 slots allocated for the rest of the prompt (and a decode step's token)
+  size_t outputs_left = 0;        // output slots decode will still allocate (counted in committed_outputs_)
   size_t cached = 0;              // tokens whose KV was cached (L1 or restored)
   size_t restored_begin = 0, restored_end = 0;
   std::optional<Ticket> load;
   CacheLock lock;
   std::mt19937_64 rng;            // the request's sampling stream, seeded by its SamplingParams
   bool cancel_requested = false;  // finish at the start of the next step
+  uint64_t rank = 0;              // arrival order
+  size_t overtaken = 0;           // requests that arrived later and were admitted first
+  size_t cached_l1_now = 0;       // LPM's key, computed when the queue is ordered
 };
 
 Scheduler::Scheduler(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
@@ -41,6 +59,7 @@ void Scheduler::submit(Request request, double arrival) {
   a->result.prompt_tokens = request.prompt.size();
   a->result.arrival = arrival;
   a->rng.seed(request.sampling.seed);
+  a->rank = submitted_++;
   a->request = std::move(request);
   waiting_.push_back(std::move(a));
 }
@@ -64,6 +83,8 @@ bool Scheduler::cancel(uint64_t id) {
 void Scheduler::release(Active& a) {
   if (!a.reserved.empty()) HIQ_CHECK(l1_.allocator().free(a.reserved).is_ok());
   a.reserved.clear();
+  committed_outputs_ -= a.outputs_left;
+  a.outputs_left = 0;
   a.lock.release();
 }
 
@@ -95,12 +116,14 @@ Scheduler::Admission Scheduler::admit(Active& a) {
   // still has its usable part restored rather than recomputed.
   PrefixMatch m = cache_.match_prefix(std::span(prompt).first(usable));
   a.lock = cache_.lock(m.l1_node);
-  // Slots for the rest of the prompt — restored or computed alike — and for
-  // every output token but the last (whose KV is never computed), reserved now
-  // so decode never runs out. A request that cannot have them all waits
-  // before it changes anything: no eviction, no restore.
-  const size_t needed = prompt.size() - m.l1_slots.size() + outputs;
-  if (l1_.allocator().free_count() + cache_.reclaimable_l1_tokens() < needed) {
+  // Slots for the rest of the prompt — restored or computed alike — now; for
+  // every output token but the last (whose KV is never computed), one per
+  // decode step. Those are counted, not held: until decode needs them they
+  // keep cached KV. Admission keeps free + reclaimable L1 ≥ every running
+  // request's outputs still to come, so decode never runs out. A request
+  // that does not fit waits before it changes anything: no eviction, no restore.
+  const size_t needed = prompt.size() - m.l1_slots.size();
+  if (l1_.allocator().free_count() + cache_.reclaimable_l1_tokens() < needed + outputs + committed_outputs_) {
     a.lock.release();
     return Admission::kWait;
   }
@@ -127,9 +150,28 @@ Scheduler::Admission Scheduler::admit(Active& a) {
     return Admission::kWait;
   }
   a.reserved = std::move(*slots);
+  a.outputs_left = outputs;
+  committed_outputs_ += outputs;
   a.result.cached_l1_tokens = a.restored_begin;
   a.result.cached_l2_tokens = a.restored_end - a.restored_begin;
   return Admission::kAdmitted;
+}
+
+void Scheduler::charge_eviction_waits(uint64_t wait_tokens_before) {
+  if (const uint64_t waited = cache_.stats().l1_eviction_wait_tokens - wait_tokens_before; waited > 0)
+    runner_.waited_for_transfers(waited);
+}
+
+void Scheduler::order_waiting() {
+  if (options_.policy == SchedulePolicy::kFcfs || waiting_.size() < 2) return;
+  for (auto& a : waiting_)
+    a->cached_l1_now = cache_.cached_prefix(std::span(a->request.prompt).first(usable_prefix(a->request))).l1;
+  const auto starving = [&](const Active& a) { return a.overtaken >= options_.max_overtakes; };
+  std::sort(waiting_.begin(), waiting_.end(), [&](const auto& x, const auto& y) {
+    if (starving(*x) != starving(*y)) return starving(*x);
+    if (!starving(*x) && x->cached_l1_now != y->cached_l1_now) return x->cached_l1_now > y->cached_l1_now;
+    return x->rank < y->rank;
+  });
 }
 
 Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
@@ -193,11 +235,35 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
 }
 
 Status Scheduler::decode() {
+  // One slot per request for the KV of its last token. Admission counted
+  // them, so L1 can free them, evicting cached KV (waiting for a backup if
+  // it must).
+  const size_t n = running_.size();
+  if (l1_.allocator().free_count() < n) {
+    const uint64_t waited_before = cache_.stats().l1_eviction_wait_tokens;
+    cache_.evict_l1(n - l1_.allocator().free_count());
+    charge_eviction_waits(waited_before);
+  }
+  auto step_slots = l1_.allocator().allocate(n);
+  HIQ_DCHECK(step_slots.is_ok());
+  if (!step_slots) {
+    const Status error = internal_error("decode: L1 has no slot for a counted output token");
+    if (!options_.fail_requests_on_model_error) return error;
+    for (auto& a : running_) {
+      a->result.status = error;
+      finish(*a, FinishReason::kError);
+    }
+    running_.clear();
+    return Status::ok();
+  }
   std::vector<ForwardItem> items;
-  for (auto& a : running_) {
+  for (size_t i = 0; i < n; ++i) {
+    Active* a = running_[i].get();
+    HIQ_DCHECK(a->outputs_left > 0);
+    --a->outputs_left;
+    --committed_outputs_;
     a->tokens.push_back(a->result.output.back());
-    a->slots.push_back(a->reserved.front());
-    a->reserved.erase(a->reserved.begin());
+    a->slots.push_back((*step_slots)[i]);
     items.push_back({a->tokens, a->slots, a->tokens.size() - 1, 0, 0, std::nullopt, /*decode=*/true,
                      sampling_of(a->request), &a->rng, a->request.logprobs, /*prompt_logprobs=*/false});
   }
@@ -255,7 +321,7 @@ Result<bool> Scheduler::step() {
       ++it;
     }
   }
-  // Admit what fits the prefill budget, in arrival order. The budget counts
+  // Admit what fits the prefill budget, in the policy's order. The budget counts
   // the tokens a prefill computes; what the cache holds costs nothing. A
   // request that would compute at least `in_batch_prefix_tokens` of the same
   // prefix as one already in this batch waits one step (SGLang's in-batch
@@ -275,13 +341,14 @@ Result<bool> Scheduler::step() {
     }
     return false;
   };
+  order_waiting();
   const uint64_t waited_before = cache_.stats().l1_eviction_wait_tokens;
   for (auto it = waiting_.begin();
        it != waiting_.end() && running_.size() + batch.size() < options_.max_running_requests;) {
     Active& a = **it;
     if (!batch.empty()) {  // the first request is always admitted; the others must fit beside it
       const std::vector<TokenId>& prompt = a.request.prompt;
-      const size_t cached = cache_.cached_prefix_tokens(std::span(prompt).first(usable_prefix(a.request)));
+      const size_t cached = cache_.cached_prefix(std::span(prompt).first(usable_prefix(a.request))).total();
       if (prompt.size() - cached > budget) break;
       if (options_.in_batch_prefix_tokens > 0 && computes_prefix_of_batch(a, cached)) {
         ++it;  // deferred to the next step
@@ -304,8 +371,9 @@ Result<bool> Scheduler::step() {
     budget -= std::min(budget, owned->request.prompt.size() - owned->cached);
     batch.push_back(std::move(owned));
   }
-  if (const uint64_t waited = cache_.stats().l1_eviction_wait_tokens - waited_before; waited > 0)
-    runner_.waited_for_transfers(waited);
+  charge_eviction_waits(waited_before);
+  for (auto& w : waiting_)
+    for (const auto& a : batch) w->overtaken += a->rank > w->rank ? 1 : 0;
   if (!batch.empty()) {
     HIQ_RETURN_IF_ERROR(prefill(batch));
     for (auto& a : batch) running_.push_back(std::move(a));

@@ -1,8 +1,8 @@
 // engine/scheduler.h — continuous batching over the hierarchical cache.
 //
 // A request goes: waiting → admitted (prefix matched, its L1 part locked, its
-// host part restored through the transfer engine, L1 slots reserved for the
-// rest of the prompt and every output token) → prefilled (first token; prompt
+// host part restored through the transfer engine, L1 slots allocated for the
+// rest of the prompt, and its output tokens counted against L1) → prefilled (first token; prompt
 // KV inserted into the tree) → decoding (one token per step) → finished (all
 // KV inserted, locks released, unused slots freed). Each step either prefills
 // the requests that fit the step's token budget or, when none can be admitted,
@@ -17,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,19 @@
 #include "memory/device_kv_pool.h"
 
 namespace hiq {
+
+// The order in which waiting requests are offered admission (SGLang's
+// --schedule-policy). FCFS: arrival order. LPM (longest prefix match): the
+// request with the most prompt tokens already in L1 first, then arrival
+// order. L1 is what admission waits for, and those tokens need no new slots:
+// requests that share a running request's prefix run beside it. (A prefix in
+// L2 needs slots like a computed one, so ranking by it too only reorders the
+// rest; measured in docs/scheduling.md.) A request that `max_overtakes` later
+// arrivals have overtaken goes first: LPM never starves one with nothing
+// cached.
+enum class SchedulePolicy : uint8_t { kFcfs, kLpm };
+std::string_view schedule_policy_name(SchedulePolicy policy);
+Result<SchedulePolicy> parse_schedule_policy(std::string_view name);
 
 struct SchedulerOptions {
   size_t max_prefill_tokens = 16384;  // new prompt tokens per prefill step (SGLang --max-prefill-tokens)
@@ -39,6 +53,8 @@ struct SchedulerOptions {
   // Requests that may wait for admission (SGLang --max-queued-requests); a
   // server refuses more with kResourceExhausted (ServingEngine::submit). 0: no bound.
   size_t max_queued_requests = 0;
+  SchedulePolicy policy = SchedulePolicy::kFcfs;  // --schedule-policy
+  size_t max_overtakes = 64;                      // LPM's bound on how often a request is passed over
 };
 
 enum class FinishReason : uint8_t {
@@ -109,6 +125,10 @@ class Scheduler {
   struct Active;
   enum class Admission { kAdmitted, kWait, kRejected };
   Admission admit(Active& a);
+  void order_waiting();
+  // Tells the runner how long L1 eviction waited for transfers since the
+  // cache's l1_eviction_wait_tokens was `wait_tokens_before`.
+  void charge_eviction_waits(uint64_t wait_tokens_before);
   size_t usable_prefix(const Request& request) const;
   void emit(Active& a, ForwardResult& result);
   Status prefill(std::vector<std::unique_ptr<Active>>& batch);
@@ -123,6 +143,8 @@ class Scheduler {
   ModelRunner& runner_;
   SchedulerOptions options_;
   std::deque<std::unique_ptr<Active>> waiting_;
+  uint64_t submitted_ = 0;  // requests submitted so far: the next one's arrival rank
+  size_t committed_outputs_ = 0;  // output slots running requests' decode steps will still allocate
   std::vector<std::unique_ptr<Active>> running_;
   std::vector<RequestResult> finished_;
   std::vector<GeneratedToken> new_tokens_;

@@ -10,6 +10,7 @@
 #include "server/http_server.h"
 #include "tools/hiq/flag_errors.h"
 #include "tools/hiq/host_tier_flags.h"
+#include "tools/hiq/scheduler_flags.h"
 
 namespace hiq::cli {
 
@@ -18,8 +19,7 @@ struct ServeFlags {
   HttpOptions http;
   int64_t max_total_tokens = 0;
   HostTierFlags host;
-  int64_t max_prefill_tokens = 16384;
-  int64_t max_running_requests = 256;
+  SchedulerFlags scheduler;
   int64_t max_queued_requests = 0;
 };
 
@@ -30,10 +30,7 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
   c.hicache = !f.host.none;
   HIQ_ASSIGN_OR_RETURN(c.host, host_tier_options(f.host));
   HIQ_ASSIGN_OR_RETURN(c.cache.write_policy, parse_write_policy(f.host.write_policy));
-  if (f.max_prefill_tokens <= 0) return invalid_argument("--max-prefill-tokens must be positive");
-  c.scheduler.max_prefill_tokens = static_cast<size_t>(f.max_prefill_tokens);
-  if (f.max_running_requests <= 0) return invalid_argument("--max-running-requests must be positive");
-  c.scheduler.max_running_requests = static_cast<size_t>(f.max_running_requests);
+  HIQ_RETURN_IF_ERROR(apply_scheduler_flags(f.scheduler, c.scheduler));
   if (f.max_queued_requests < 0) return invalid_argument("--max-queued-requests must not be negative");
   c.scheduler.max_queued_requests = static_cast<size_t>(f.max_queued_requests);
   HIQ_RETURN_IF_ERROR(with_flag_names(c.validate(), {{"model_dir", "--model"},
@@ -56,10 +53,7 @@ inline void add_stack_flags(CLI::App* app, ServeFlags& flags) {
       ->capture_default_str();
   app->add_option("--page-size", f->config.page_size, "Tokens per page")->capture_default_str();
   add_host_tier_flags(app, f->host);
-  app->add_option("--max-prefill-tokens", f->max_prefill_tokens, "New prompt tokens per prefill step")
-      ->capture_default_str();
-  app->add_option("--max-running-requests", f->max_running_requests, "Requests running at once")
-      ->capture_default_str();
+  add_scheduler_flags(app, f->scheduler);
   app->add_option("--max-queued-requests", f->max_queued_requests,
                   "Requests that may wait for admission; more get a 503 with Retry-After (0: no bound)")
       ->capture_default_str();

@@ -16,6 +16,7 @@
 #include "tools/hiq/flag_errors.h"
 #include "tools/hiq/scheduler_json.h"
 #include "tools/hiq/host_tier_flags.h"
+#include "tools/hiq/scheduler_flags.h"
 #include "tools/hiq/table.h"
 #include "tools/hiq/workload_flags.h"
 
@@ -31,7 +32,7 @@ struct SimFlags {
   HostTierFlags host;  // 8 GB unless --hicache-size or --hicache-ratio is typed (set where the flags are added)
   WorkloadFlags workload;
   int64_t max_concurrency = 8;
-  int64_t max_prefill_tokens = 16384;
+  SchedulerFlags scheduler;
   int transfer_workers = 2;
   bool json = false;
 };
@@ -51,8 +52,7 @@ Result<SimulationConfig> build_config(const SimFlags& f) {
   HIQ_ASSIGN_OR_RETURN(c.cache.write_policy, parse_write_policy(f.host.write_policy));
   if (f.max_concurrency <= 0) return invalid_argument("--max-concurrency must be positive");
   c.max_concurrency = static_cast<size_t>(f.max_concurrency);
-  if (f.max_prefill_tokens <= 0) return invalid_argument("--max-prefill-tokens must be positive");
-  c.scheduler.max_prefill_tokens = static_cast<size_t>(f.max_prefill_tokens);
+  HIQ_RETURN_IF_ERROR(apply_scheduler_flags(f.scheduler, c.scheduler));
   if (f.transfer_workers <= 0) return invalid_argument("--transfer-workers must be positive");
   c.transfer_workers = f.transfer_workers;
   HIQ_RETURN_IF_ERROR(with_flag_names(c.validate(), {{"max_total_tokens", "--max-total-tokens"},
@@ -89,6 +89,7 @@ int run_sim(const SimFlags& f) {
         {"hicache_codec", codec},
         {"record_align", f.host.record_align},
         {"write_policy", f.host.write_policy},
+        {"schedule_policy", f.scheduler.schedule_policy},
         {"max_total_tokens", config->max_total_tokens},
         {"requests", r.requests},
         {"rejected", r.rejected},
@@ -157,8 +158,7 @@ Subcommand add_sim_command(CLI::App& parent) {
   add_workload_flags(app, f->workload);
   app->add_option("--max-concurrency", f->max_concurrency, "Requests in the system at once (closed loop)")
       ->capture_default_str();
-  app->add_option("--max-prefill-tokens", f->max_prefill_tokens, "New prompt tokens per prefill step")
-      ->capture_default_str();
+  add_scheduler_flags(app, f->scheduler);
   app->add_option("--transfer-workers", f->transfer_workers, "CPU transfer engine threads")->capture_default_str();
   app->add_flag("--json", f->json, "Print one JSON object instead of a table");
   return {app, [f] { return run_sim(*f); }};

@@ -1,0 +1,48 @@
+// tools/hiq/scheduler_flags.h — the scheduler's flags, shared by `hiq sim`,
+// `hiq serve` and `hiq bench serve` (SGLang's names).
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/scheduler.h"
+
+namespace hiq::cli {
+
+struct SchedulerFlags {
+  int64_t max_prefill_tokens = 16384;
+  int64_t max_running_requests = 256;
+  std::string schedule_policy = "fcfs";
+  int64_t max_overtakes = 64;
+};
+
+// Fills `options`' scheduling fields; errors name the flag.
+inline Status apply_scheduler_flags(const SchedulerFlags& f, SchedulerOptions& options) {
+  if (f.max_prefill_tokens <= 0) return invalid_argument("--max-prefill-tokens must be positive");
+  options.max_prefill_tokens = static_cast<size_t>(f.max_prefill_tokens);
+  if (f.max_running_requests <= 0) return invalid_argument("--max-running-requests must be positive");
+  options.max_running_requests = static_cast<size_t>(f.max_running_requests);
+  auto policy = parse_schedule_policy(f.schedule_policy);
+  if (!policy) return invalid_argument("--schedule-policy '" + f.schedule_policy + "' is not one of fcfs, lpm");
+  options.policy = *policy;
+  if (f.max_overtakes < 0) return invalid_argument("--schedule-max-overtakes must not be negative");
+  options.max_overtakes = static_cast<size_t>(f.max_overtakes);
+  return Status::ok();
+}
+
+inline void add_scheduler_flags(CLI::App* app, SchedulerFlags& flags) {
+  SchedulerFlags* f = &flags;
+  app->add_option("--max-prefill-tokens", f->max_prefill_tokens, "New prompt tokens per prefill step")
+      ->capture_default_str();
+  app->add_option("--max-running-requests", f->max_running_requests, "Requests running at once")
+      ->capture_default_str();
+  app->add_option("--schedule-policy", f->schedule_policy,
+                  "Admission order: fcfs (arrival) or lpm (longest cached prefix first)")
+      ->capture_default_str();
+  app->add_option("--schedule-max-overtakes", f->max_overtakes,
+                  "lpm: a request passed over by this many later arrivals goes first")
+      ->capture_default_str();
+}
+
+}  // namespace hiq::cli

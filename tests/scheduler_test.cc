@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <string>
 
@@ -14,8 +15,15 @@
 namespace hiq {
 namespace {
 
+// Every output token counted at admission: no over-commit, no retraction.
+SchedulerOptions exact_outputs() {
+  SchedulerOptions o;
+  o.new_token_ratio = o.min_new_token_ratio = 1;
+  return o;
+}
+
 struct SchedulerHarness {
-  SchedulerHarness(size_t l1_slots, bool host_tier, SchedulerOptions options = {}) {
+  SchedulerHarness(size_t l1_slots, bool host_tier, SchedulerOptions options = exact_outputs()) {
     GeometryOptions go;
     go.page_size = 1;
     geometry = *geometry_from_config_json(
@@ -182,7 +190,7 @@ TEST(Scheduler, LongestPrefixMatchAdmitsTheRequestThatSharesARunningPrefix) {
   std::iota(prefix.begin(), prefix.end(), 500);
   for (SchedulePolicy policy : {SchedulePolicy::kFcfs, SchedulePolicy::kLpm}) {
     SCOPED_TRACE(std::string(schedule_policy_name(policy)));
-    SchedulerOptions o;
+    SchedulerOptions o = exact_outputs();
     o.policy = policy;
     SchedulerHarness h(100, /*host_tier=*/false, o);
     Request a = sharing(1, prefix, 1000);
@@ -214,7 +222,7 @@ TEST(Scheduler, LongestPrefixMatchBoundsHowOftenARequestIsOvertaken) {
   std::iota(prefix.begin(), prefix.end(), 500);
   for (size_t bound : {size_t{1}, SchedulerOptions{}.max_overtakes}) {
     SCOPED_TRACE("max_overtakes " + std::to_string(bound));
-    SchedulerOptions o;
+    SchedulerOptions o = exact_outputs();
     o.policy = SchedulePolicy::kLpm;
     o.max_overtakes = bound;
     SchedulerHarness h(100, /*host_tier=*/false, o);
@@ -246,6 +254,52 @@ TEST(SchedulePolicyNames, ParseSglangSpellings) {
   auto bad = parse_schedule_policy("dfs-weight");
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("'dfs-weight' is not one of fcfs, lpm"), std::string::npos);
+}
+
+// Over-commit: admission counts a fraction of the outputs to come, so decode
+// runs out of L1 and retracts requests, which resume from the cache. Every
+// request still generates exactly what it would have alone (the simulated
+// model's next token is a function of the whole sequence, and every cached
+// row it reads is checked), with a host tier or without.
+TEST(Scheduler, RetractedRequestsResumeFromTheCacheAndGenerateTheSameTokens) {
+  std::vector<Request> requests;
+  for (uint64_t i = 0; i < 12; ++i) requests.push_back(SchedulerHarness::request(i + 1, TokenId(1000 * (i + 1)), 24, 40));
+  std::map<uint64_t, std::vector<TokenId>> alone;
+  {
+    SchedulerHarness h(4096, /*host_tier=*/false);
+    for (const Request& r : requests) h.scheduler->submit(r, 0);
+    for (RequestResult& r : h.run_to_end()) alone[r.id] = r.output;
+    ASSERT_EQ(alone.size(), requests.size());
+  }
+  for (bool host_tier : {false, true}) {
+    SCOPED_TRACE(host_tier ? "host tier" : "no host tier");
+    SchedulerOptions o;  // the default over-commit: 0.7, decaying
+    SchedulerHarness h(256, host_tier, o);  // 4 of 63 tokens each fit, counting every output
+    for (const Request& r : requests) h.scheduler->submit(r, 0);
+    const std::vector<RequestResult> done = h.run_to_end();
+    ASSERT_EQ(done.size(), requests.size());
+    for (const RequestResult& r : done) {
+      EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+      EXPECT_EQ(r.output, alone[r.id]) << "request " << r.id;
+      EXPECT_EQ(r.cached_l1_tokens + r.cached_l2_tokens, 0u) << "its own KV is not a cache hit";
+    }
+    EXPECT_GT(h.scheduler->stats().retractions, 0u);
+    EXPECT_EQ(h.scheduler->stats().admitted, requests.size());
+    EXPECT_EQ(h.l1->allocator().used_count(), h.cache->l1_tokens()) << "nothing but the tree holds L1";
+  }
+}
+
+TEST(SchedulerOptions, ValidateNamesTheField) {
+  SchedulerOptions o;
+  EXPECT_TRUE(o.validate().is_ok());
+  o.min_new_token_ratio = 0.8;  // above new_token_ratio
+  EXPECT_NE(o.validate().message().find("min_new_token_ratio"), std::string::npos);
+  o = SchedulerOptions{};
+  o.new_token_ratio = 1.5;
+  EXPECT_FALSE(o.validate().is_ok());
+  o = SchedulerOptions{};
+  o.max_prefill_tokens = 0;
+  EXPECT_NE(o.validate().message().find("max_prefill_tokens"), std::string::npos);
 }
 
 }  // namespace

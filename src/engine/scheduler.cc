@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "core/check.h"
@@ -12,6 +13,16 @@ namespace {
 const SamplingParams* sampling_of(const Request& r) { return r.sampling.greedy() ? nullptr : &r.sampling; }
 
 }  // namespace
+
+Status SchedulerOptions::validate() const {
+  if (max_prefill_tokens < 1) return invalid_argument("max_prefill_tokens must be positive");
+  if (max_running_requests < 1) return invalid_argument("max_running_requests must be positive");
+  if (!(min_new_token_ratio > 0 && min_new_token_ratio <= new_token_ratio && new_token_ratio <= 1))
+    return invalid_argument("new_token_ratio and min_new_token_ratio must satisfy 0 < min_new_token_ratio <= "
+                            "new_token_ratio <= 1 (got " + std::to_string(new_token_ratio) + " and " +
+                            std::to_string(min_new_token_ratio) + ")");
+  return Status::ok();
+}
 
 std::string_view schedule_policy_name(SchedulePolicy policy) {
   switch (policy) {
@@ -30,7 +41,7 @@ Result<SchedulePolicy> parse_schedule_policy(std::string_view name) {
 struct Scheduler::Active {
   Request request;
   RequestResult result;
-  std::vector<TokenId> tokens;    // prompt, then the generated tokens fed back
+  std::vector<TokenId> tokens;    // prompt, then the generated tokens fed back (a retracted request resumes from all of it)
   std::vector<SlotId> slots;      // an L1 slot per token of `tokens`
   std::vector<SlotId> reserved;   // L1 slots allocated for the rest of the prompt (and a decode step's token)
   size_t outputs_left = 0;        // output slots decode will still allocate (counted in committed_outputs_)
@@ -43,11 +54,21 @@ struct Scheduler::Active {
   uint64_t rank = 0;              // arrival order
   size_t overtaken = 0;           // requests that arrived later and were admitted first
   size_t cached_l1_now = 0;       // LPM's key, computed when the queue is ordered
+  bool resumed = false;           // retracted once: its next prefill continues its output
 };
 
 Scheduler::Scheduler(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
                      SchedulerOptions options)
-    : cache_(cache), l1_(l1), engine_(engine), runner_(runner), options_(options) {}
+    : cache_(cache),
+      l1_(l1),
+      engine_(engine),
+      runner_(runner),
+      options_(options),
+      new_token_ratio_(options.new_token_ratio),
+      new_token_ratio_decay_(options.new_token_ratio_decay_steps == 0
+                                 ? 0.0
+                                 : (options.new_token_ratio - options.min_new_token_ratio) /
+                                       static_cast<double>(options.new_token_ratio_decay_steps)) {}
 
 Scheduler::~Scheduler() {
   for (auto& a : running_) release(*a);
@@ -60,6 +81,7 @@ void Scheduler::submit(Request request, double arrival) {
   a->result.arrival = arrival;
   a->rng.seed(request.sampling.seed);
   a->rank = submitted_++;
+  a->tokens = request.prompt;
   a->request = std::move(request);
   waiting_.push_back(std::move(a));
 }
@@ -91,9 +113,9 @@ void Scheduler::release(Active& a) {
 // At most every token but the last comes from the cache: the last is always
 // computed, for the logits of the first output token.
 // A request that wants its prompt's log-probabilities uses none.
-size_t Scheduler::usable_prefix(const Request& request) const {
-  if (request.prompt_logprobs) return 0;
-  return (request.prompt.size() - 1) / cache_.page_size() * cache_.page_size();
+size_t Scheduler::usable_prefix(const Active& a) const {
+  if (a.request.prompt_logprobs && !a.resumed) return 0;
+  return (a.tokens.size() - 1) / cache_.page_size() * cache_.page_size();
 }
 
 void Scheduler::emit(Active& a, ForwardResult& result) {
@@ -102,16 +124,17 @@ void Scheduler::emit(Active& a, ForwardResult& result) {
 }
 
 Scheduler::Admission Scheduler::admit(Active& a) {
-  const std::vector<TokenId>& prompt = a.request.prompt;
+  const std::vector<TokenId>& prompt = a.tokens;  // a resumed request's outputs so far included
   // Every token but the last output has KV, cached or computed, in an L1 slot.
-  const size_t outputs = static_cast<size_t>(std::max(0, a.request.max_new_tokens - 1));
+  const auto produced = static_cast<long>(a.tokens.size() - a.request.prompt.size());
+  const auto outputs = static_cast<size_t>(std::max(0L, a.request.max_new_tokens - 1 - produced));
   if (prompt.size() + outputs > l1_.num_slots()) {
     a.result.status = resource_exhausted("request " + std::to_string(a.request.id) + " needs " +
                                          std::to_string(prompt.size() + outputs) + " L1 slots; the pool has " +
                                          std::to_string(l1_.num_slots()));
     return Admission::kRejected;
   }
-  const size_t usable = usable_prefix(a.request);
+  const size_t usable = usable_prefix(a);
   // Match only what may be used, so that a prompt cached whole — in L2 too —
   // still has its usable part restored rather than recomputed.
   PrefixMatch m = cache_.match_prefix(std::span(prompt).first(usable));
@@ -119,11 +142,15 @@ Scheduler::Admission Scheduler::admit(Active& a) {
   // Slots for the rest of the prompt — restored or computed alike — now; for
   // every output token but the last (whose KV is never computed), one per
   // decode step. Those are counted, not held: until decode needs them they
-  // keep cached KV. Admission keeps free + reclaimable L1 ≥ every running
-  // request's outputs still to come, so decode never runs out. A request
-  // that does not fit waits before it changes anything: no eviction, no restore.
+  // keep cached KV. Admission keeps free + reclaimable L1 ≥ new_token_ratio ×
+  // the outputs still to come of every running request and this one: at
+  // ratio 1 decode never runs out; below, it may, and retracts (decode()). A
+  // request that does not fit waits before it changes anything: no eviction,
+  // no restore.
   const size_t needed = prompt.size() - m.l1_slots.size();
-  if (l1_.allocator().free_count() + cache_.reclaimable_l1_tokens() < needed + outputs + committed_outputs_) {
+  const auto expected_outputs = static_cast<size_t>(
+      std::ceil(new_token_ratio_ * static_cast<double>(outputs + committed_outputs_)));
+  if (l1_.allocator().free_count() + cache_.reclaimable_l1_tokens() < needed + expected_outputs) {
     a.lock.release();
     return Admission::kWait;
   }
@@ -152,8 +179,10 @@ Scheduler::Admission Scheduler::admit(Active& a) {
   a.reserved = std::move(*slots);
   a.outputs_left = outputs;
   committed_outputs_ += outputs;
-  a.result.cached_l1_tokens = a.restored_begin;
-  a.result.cached_l2_tokens = a.restored_end - a.restored_begin;
+  if (!a.resumed) {  // a resumed request's hits are its own KV: not the cache's hit rate
+    a.result.cached_l1_tokens = a.restored_begin;
+    a.result.cached_l2_tokens = a.restored_end - a.restored_begin;
+  }
   return Admission::kAdmitted;
 }
 
@@ -165,7 +194,7 @@ void Scheduler::charge_eviction_waits(uint64_t wait_tokens_before) {
 void Scheduler::order_waiting() {
   if (options_.policy == SchedulePolicy::kFcfs || waiting_.size() < 2) return;
   for (auto& a : waiting_)
-    a->cached_l1_now = cache_.cached_prefix(std::span(a->request.prompt).first(usable_prefix(a->request))).l1;
+    a->cached_l1_now = cache_.cached_prefix(std::span(a->tokens).first(usable_prefix(*a))).l1;
   const auto starving = [&](const Active& a) { return a.overtaken >= options_.max_overtakes; };
   std::sort(waiting_.begin(), waiting_.end(), [&](const auto& x, const auto& y) {
     if (starving(*x) != starving(*y)) return starving(*x);
@@ -177,13 +206,12 @@ void Scheduler::order_waiting() {
 Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
   std::vector<ForwardItem> items;
   for (auto& a : batch) {
-    a->tokens = a->request.prompt;
     const size_t fresh = a->tokens.size() - a->cached;
     a->slots.insert(a->slots.end(), a->reserved.begin(), a->reserved.begin() + static_cast<std::ptrdiff_t>(fresh));
     a->reserved.erase(a->reserved.begin(), a->reserved.begin() + static_cast<std::ptrdiff_t>(fresh));
     items.push_back({a->tokens, a->slots, a->cached, a->restored_begin, a->restored_end, a->load,
                      /*decode=*/false, sampling_of(a->request), &a->rng, a->request.logprobs,
-                     a->request.prompt_logprobs});
+                     a->request.prompt_logprobs && !a->resumed});
   }
   const double start = runner_.now();
   auto next = runner_.forward(items);
@@ -218,10 +246,12 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     Active& a = *batch[i];
-    a.result.admitted = start;
-    a.result.first_token = now;
-    ++stats_.admitted;
-    stats_.queue_seconds += start - a.result.arrival;
+    if (!a.resumed) {
+      a.result.admitted = start;
+      a.result.first_token = now;
+      ++stats_.admitted;
+      stats_.queue_seconds += start - a.result.arrival;
+    }
     emit(a, (*next)[i]);
     // The tree takes the prompt's whole pages; from now on read them through it.
     RadixNode* node = cache_.insert(a.tokens, a.slots);
@@ -235,27 +265,26 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
 }
 
 Status Scheduler::decode() {
-  // One slot per request for the KV of its last token. Admission counted
-  // them, so L1 can free them, evicting cached KV (waiting for a backup if
-  // it must).
-  const size_t n = running_.size();
-  if (l1_.allocator().free_count() < n) {
-    const uint64_t waited_before = cache_.stats().l1_eviction_wait_tokens;
-    cache_.evict_l1(n - l1_.allocator().free_count());
-    charge_eviction_waits(waited_before);
-  }
-  auto step_slots = l1_.allocator().allocate(n);
-  HIQ_DCHECK(step_slots.is_ok());
-  if (!step_slots) {
-    const Status error = internal_error("decode: L1 has no slot for a counted output token");
-    if (!options_.fail_requests_on_model_error) return error;
-    for (auto& a : running_) {
-      a->result.status = error;
-      finish(*a, FinishReason::kError);
+  // One slot per request for the KV of its last token, evicting cached KV
+  // (waiting for a backup if it must). Admission counted new_token_ratio of
+  // them; when that proves too few, requests are retracted until the rest fit.
+  std::optional<std::vector<SlotId>> step_slots;
+  while (!running_.empty()) {
+    const size_t n = running_.size();
+    if (l1_.allocator().free_count() < n) {
+      const uint64_t waited_before = cache_.stats().l1_eviction_wait_tokens;
+      cache_.evict_l1(n - l1_.allocator().free_count());
+      charge_eviction_waits(waited_before);
     }
-    running_.clear();
-    return Status::ok();
+    if (auto slots = l1_.allocator().allocate(n)) {
+      step_slots = std::move(*slots);
+      break;
+    }
+    retract_one();
   }
+  if (running_.empty()) return Status::ok();
+  new_token_ratio_ = std::max(options_.min_new_token_ratio, new_token_ratio_ - new_token_ratio_decay_);
+  const size_t n = running_.size();
   std::vector<ForwardItem> items;
   for (size_t i = 0; i < n; ++i) {
     Active* a = running_[i].get();
@@ -289,6 +318,31 @@ Status Scheduler::decode() {
     emit(*running_[i], (*next)[i]);
   }
   return Status::ok();
+}
+
+// The running request that has made the least progress (fewest outputs; of
+// those, the longest sequence, which frees the most) goes back to the queue.
+// Its KV goes to the tree like a finished request's, so it resumes from the
+// cache. Admission then counts every output (ratio 1) until the ratio has
+// decayed again: no request is retracted twice in a row by the same estimate.
+void Scheduler::retract_one() {
+  const auto victim = std::min_element(running_.begin(), running_.end(), [](const auto& x, const auto& y) {
+    if (x->result.output.size() != y->result.output.size()) return x->result.output.size() < y->result.output.size();
+    return x->tokens.size() > y->tokens.size();
+  });
+  Active& a = **victim;
+  (void)cache_.insert(a.tokens, a.slots);
+  const size_t whole = a.tokens.size() / cache_.page_size() * cache_.page_size();
+  HIQ_CHECK(l1_.allocator().free(std::span(a.slots).subspan(whole)).is_ok());
+  release(a);
+  a.slots.clear();
+  a.tokens.push_back(a.result.output.back());  // its next prefill computes this token's KV and samples the next
+  a.cached = 0;
+  a.resumed = true;
+  ++stats_.retractions;
+  waiting_.push_front(std::move(*victim));
+  running_.erase(victim);
+  new_token_ratio_ = 1.0;
 }
 
 void Scheduler::finish(Active& a, FinishReason reason) {
@@ -331,9 +385,9 @@ Result<bool> Scheduler::step() {
   std::vector<std::unique_ptr<Active>> batch;
   size_t budget = options_.max_prefill_tokens;
   const auto computes_prefix_of_batch = [&](const Active& a, size_t cached) {
-    const std::vector<TokenId>& x = a.request.prompt;
+    const std::vector<TokenId>& x = a.tokens;
     for (const auto& b : batch) {
-      const std::vector<TokenId>& y = b->request.prompt;
+      const std::vector<TokenId>& y = b->tokens;
       const size_t n = std::min(x.size(), y.size());
       const auto common = static_cast<size_t>(std::mismatch(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n),
                                                             y.begin()).first - x.begin());
@@ -347,8 +401,8 @@ Result<bool> Scheduler::step() {
        it != waiting_.end() && running_.size() + batch.size() < options_.max_running_requests;) {
     Active& a = **it;
     if (!batch.empty()) {  // the first request is always admitted; the others must fit beside it
-      const std::vector<TokenId>& prompt = a.request.prompt;
-      const size_t cached = cache_.cached_prefix(std::span(prompt).first(usable_prefix(a.request))).total();
+      const std::vector<TokenId>& prompt = a.tokens;
+      const size_t cached = cache_.cached_prefix(std::span(prompt).first(usable_prefix(a))).total();
       if (prompt.size() - cached > budget) break;
       if (options_.in_batch_prefix_tokens > 0 && computes_prefix_of_batch(a, cached)) {
         ++it;  // deferred to the next step
@@ -368,7 +422,7 @@ Result<bool> Scheduler::step() {
       finished_.push_back(std::move(owned->result));
       continue;
     }
-    budget -= std::min(budget, owned->request.prompt.size() - owned->cached);
+    budget -= std::min(budget, owned->tokens.size() - owned->cached);
     batch.push_back(std::move(owned));
   }
   charge_eviction_waits(waited_before);

@@ -55,6 +55,20 @@ struct SchedulerOptions {
   size_t max_queued_requests = 0;
   SchedulePolicy policy = SchedulePolicy::kFcfs;  // --schedule-policy
   size_t max_overtakes = 64;                      // LPM's bound on how often a request is passed over
+  // Output slots are allocated a decode step at a time; admission counts this
+  // fraction of the outputs running requests may still generate (most stop
+  // before max_tokens). When decode then runs out of L1, requests are
+  // retracted (back to the queue, their KV into the cache) and the ratio
+  // returns to `new_token_ratio`; each decode step lowers it by
+  // (new_token_ratio − min_new_token_ratio) / new_token_ratio_decay_steps.
+  // SGLang's defaults (0.7, 0.098, 600); 1 and 1: never over-commit, never
+  // retract. After a retraction admission counts every output (ratio 1)
+  // until the ratio has decayed again.
+  double new_token_ratio = 0.7;
+  double min_new_token_ratio = 0.098;
+  size_t new_token_ratio_decay_steps = 600;
+
+  Status validate() const;  // errors name the field
 };
 
 enum class FinishReason : uint8_t {
@@ -97,6 +111,7 @@ struct SchedulerStats {
   double queue_seconds = 0;    // their arrival → admission, summed
   uint64_t admission_waits = 0;  // steps whose head of the queue fit the budget but not into L1 yet
   uint64_t transfer_drains = 0;  // steps that waited for the cache's transfers with nothing else to run
+  uint64_t retractions = 0;      // running requests sent back to the queue when decode ran out of L1
 };
 
 class Scheduler {
@@ -129,7 +144,8 @@ class Scheduler {
   // Tells the runner how long L1 eviction waited for transfers since the
   // cache's l1_eviction_wait_tokens was `wait_tokens_before`.
   void charge_eviction_waits(uint64_t wait_tokens_before);
-  size_t usable_prefix(const Request& request) const;
+  size_t usable_prefix(const Active& a) const;
+  void retract_one();
   void emit(Active& a, ForwardResult& result);
   Status prefill(std::vector<std::unique_ptr<Active>>& batch);
   Status decode();
@@ -145,6 +161,8 @@ class Scheduler {
   std::deque<std::unique_ptr<Active>> waiting_;
   uint64_t submitted_ = 0;  // requests submitted so far: the next one's arrival rank
   size_t committed_outputs_ = 0;  // output slots running requests' decode steps will still allocate
+  double new_token_ratio_;        // of committed_outputs_ that admission counts
+  double new_token_ratio_decay_;
   std::vector<std::unique_ptr<Active>> running_;
   std::vector<RequestResult> finished_;
   std::vector<GeneratedToken> new_tokens_;

@@ -69,8 +69,7 @@ Status SimulationConfig::validate() const {
   if (!(cost.prefill_tokens_per_s > 0) || !(cost.decode_step_s > 0) || !(cost.pcie_bytes_per_s > 0) ||
       !(cost.codec_bytes_per_s > 0))
     return invalid_argument("cost must have positive rates and step time");
-  if (scheduler.max_prefill_tokens < 1) return invalid_argument("max_prefill_tokens must be positive");
-  if (scheduler.max_running_requests < 1) return invalid_argument("max_running_requests must be positive");
+  HIQ_RETURN_IF_ERROR(scheduler.validate());
   return Status::ok();
 }
 

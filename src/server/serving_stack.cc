@@ -44,8 +44,7 @@ Status ServeConfig::validate() const {
   if (max_total_tokens != 0 && max_total_tokens < static_cast<size_t>(page_size))
     return invalid_argument("max_total_tokens must hold at least one page (" + std::to_string(page_size) +
                             " tokens), got " + std::to_string(max_total_tokens));
-  if (scheduler.max_prefill_tokens < 1) return invalid_argument("max_prefill_tokens must be positive");
-  if (scheduler.max_running_requests < 1) return invalid_argument("max_running_requests must be positive");
+  HIQ_RETURN_IF_ERROR(scheduler.validate());
   if (transfer_workers < 1 || transfer_workers > 256) return invalid_argument("transfer_workers must be in [1, 256]");
   return Status::ok();
 }

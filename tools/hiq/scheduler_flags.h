@@ -2,6 +2,7 @@
 // `hiq serve` and `hiq bench serve` (SGLang's names).
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@ struct SchedulerFlags {
   int64_t max_running_requests = 256;
   std::string schedule_policy = "fcfs";
   int64_t max_overtakes = 64;
+  double conservativeness = 1.0;
 };
 
 // Fills `options`' scheduling fields; errors name the flag.
@@ -28,6 +30,12 @@ inline Status apply_scheduler_flags(const SchedulerFlags& f, SchedulerOptions& o
   options.policy = *policy;
   if (f.max_overtakes < 0) return invalid_argument("--schedule-max-overtakes must not be negative");
   options.max_overtakes = static_cast<size_t>(f.max_overtakes);
+  // SGLang's mapping: the ratios scale with it, capped at 1 (≥ 10.2: every
+  // output counted, never a retraction).
+  if (!(f.conservativeness > 0)) return invalid_argument("--schedule-conservativeness must be positive");
+  const SchedulerOptions defaults;
+  options.new_token_ratio = std::min(1.0, defaults.new_token_ratio * f.conservativeness);
+  options.min_new_token_ratio = std::min(options.new_token_ratio, defaults.min_new_token_ratio * f.conservativeness);
   return Status::ok();
 }
 
@@ -42,6 +50,10 @@ inline void add_scheduler_flags(CLI::App* app, SchedulerFlags& flags) {
       ->capture_default_str();
   app->add_option("--schedule-max-overtakes", f->max_overtakes,
                   "lpm: a request passed over by this many later arrivals goes first")
+      ->capture_default_str();
+  app->add_option("--schedule-conservativeness", f->conservativeness,
+                  "Scales the share of outputs not yet generated that admission counts (0.7 at 1, decaying to "
+                  "0.098); decode retracts requests when L1 runs out. 10.2 or more: count every output")
       ->capture_default_str();
 }
 

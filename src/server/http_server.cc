@@ -88,6 +88,7 @@ struct HttpServer::Impl {
   Family<Counter>* step_seconds = nullptr;
   Family<Counter>* queue_seconds = nullptr;
   Family<Counter>* admission_waits = nullptr;
+  Family<Counter>* retractions = nullptr;
   Family<Counter>* rejected = nullptr;
   Family<Gauge>* running = nullptr;
   Family<Gauge>* queued = nullptr;
@@ -134,6 +135,8 @@ struct HttpServer::Impl {
                                       "Seconds requests waited from arrival to admission, summed");
     admission_waits = *registry.counter("hiq:admission_waits_total",
                                         "Steps whose next request had to wait for L1 room");
+    retractions = *registry.counter("hiq:retracted_requests_total",
+                                    "Running requests sent back to the queue when decode ran out of L1");
     rejected = *registry.counter("hiq:rejected_requests_total",
                                  "Requests refused before they were queued, by reason (queue_full)", {"reason"});
     running = *registry.gauge("sglang:num_running_reqs", "Requests running");
@@ -172,6 +175,7 @@ struct HttpServer::Impl {
     sync(step_seconds->with({"decode"}), s.scheduler.decode_seconds);
     sync(queue_seconds->get(), s.scheduler.queue_seconds);
     sync(admission_waits->get(), static_cast<double>(s.scheduler.admission_waits));
+    sync(retractions->get(), static_cast<double>(s.scheduler.retractions));
     sync(rejected->with({"queue_full"}), static_cast<double>(s.rejected_queue_full));
     running->get().set(static_cast<double>(s.running));
     queued->get().set(static_cast<double>(s.waiting));

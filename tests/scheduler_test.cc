@@ -248,6 +248,29 @@ TEST(Scheduler, LongestPrefixMatchBoundsHowOftenARequestIsOvertaken) {
   }
 }
 
+// LPM matches only the 128 oldest waiting requests a step (matching walks
+// the prompt): behind 127 requests that do not fit, C is matched and
+// overtakes them; behind 128, it is not, and waits its turn.
+TEST(Scheduler, LongestPrefixMatchLooksAtTheOldest128Waiting) {
+  std::vector<TokenId> prefix(32);
+  std::iota(prefix.begin(), prefix.end(), 500);
+  for (size_t fillers : {size_t{127}, size_t{128}}) {
+    SCOPED_TRACE(std::to_string(fillers) + " waiting ahead");
+    SchedulerOptions o = exact_outputs();
+    o.policy = SchedulePolicy::kLpm;
+    SchedulerHarness h(100, /*host_tier=*/false, o);
+    Request a = sharing(1, prefix, 1000);
+    a.max_new_tokens = 20;
+    h.scheduler->submit(a, 0);
+    h.step();
+    for (size_t i = 0; i < fillers; ++i)
+      h.scheduler->submit(SchedulerHarness::request(10 + i, TokenId(2000 + 100 * i), 45, 2), 0);
+    h.scheduler->submit(sharing(3, prefix, 900), 0);
+    h.step();
+    EXPECT_EQ(h.scheduler->running(), fillers < 128 ? 2u : 1u);
+  }
+}
+
 TEST(SchedulePolicyNames, ParseSglangSpellings) {
   EXPECT_EQ(*parse_schedule_policy("fcfs"), SchedulePolicy::kFcfs);
   EXPECT_EQ(*parse_schedule_policy("lpm"), SchedulePolicy::kLpm);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "core/check.h"
@@ -193,8 +194,20 @@ void Scheduler::charge_eviction_waits(uint64_t wait_tokens_before) {
 
 void Scheduler::order_waiting() {
   if (options_.policy == SchedulePolicy::kFcfs || waiting_.size() < 2) return;
+  // Matching costs a walk of the prompt: only the kLpmWindow oldest requests
+  // are matched each step (SGLang falls back to FCFS past 128 waiting); the
+  // others rank as if nothing were cached, by arrival.
+  uint64_t newest_matched = std::numeric_limits<uint64_t>::max();
+  if (waiting_.size() > kLpmWindow) {
+    std::vector<uint64_t> ranks;
+    ranks.reserve(waiting_.size());
+    for (const auto& a : waiting_) ranks.push_back(a->rank);
+    std::nth_element(ranks.begin(), ranks.begin() + (kLpmWindow - 1), ranks.end());
+    newest_matched = ranks[kLpmWindow - 1];
+  }
   for (auto& a : waiting_)
-    a->cached_l1_now = cache_.cached_prefix(std::span(a->tokens).first(usable_prefix(*a))).l1;
+    a->cached_l1_now =
+        a->rank <= newest_matched ? cache_.cached_prefix(std::span(a->tokens).first(usable_prefix(*a))).l1 : 0;
   const auto starving = [&](const Active& a) { return a.overtaken >= options_.max_overtakes; };
   std::sort(waiting_.begin(), waiting_.end(), [&](const auto& x, const auto& y) {
     if (starving(*x) != starving(*y)) return starving(*x);

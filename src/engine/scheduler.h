@@ -53,7 +53,7 @@ struct SchedulerOptions {
   // Requests that may wait for admission (SGLang --max-queued-requests); a
   // server refuses more with kResourceExhausted (ServingEngine::submit). 0: no bound.
   size_t max_queued_requests = 0;
-  SchedulePolicy policy = SchedulePolicy::kFcfs;  // --schedule-policy
+  SchedulePolicy policy = SchedulePolicy::kLpm;   // --schedule-policy
   size_t max_overtakes = 64;                      // LPM's bound on how often a request is passed over
   // Output slots are allocated a decode step at a time; admission counts this
   // fraction of the outputs running requests may still generate (most stop
@@ -141,6 +141,7 @@ class Scheduler {
   enum class Admission { kAdmitted, kWait, kRejected };
   Admission admit(Active& a);
   void order_waiting();
+  static constexpr size_t kLpmWindow = 128;  // waiting requests LPM matches per step
   // Tells the runner how long L1 eviction waited for transfers since the
   // cache's l1_eviction_wait_tokens was `wait_tokens_before`.
   void charge_eviction_waits(uint64_t wait_tokens_before);

@@ -14,7 +14,7 @@ namespace hiq::cli {
 struct SchedulerFlags {
   int64_t max_prefill_tokens = 16384;
   int64_t max_running_requests = 256;
-  std::string schedule_policy = "fcfs";
+  std::string schedule_policy = "lpm";
   int64_t max_overtakes = 64;
   double conservativeness = 1.0;
 };

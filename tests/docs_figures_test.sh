@@ -62,5 +62,37 @@ for lib in libraries:
         module = lib[len("hiq_"):]
         check(re.search(r"^\s*" + re.escape(module) + r"\s", diagram, re.M) is not None,
               f"architecture.md's diagram has a row for {module} ({lib})")
+
+# Scheduling: the engine's figures in docs/scheduling.md and results.md are
+# those of the committed runs (p50 / mean ms rounded, hit rate to 0.1 %).
+sched = os.path.join(docs, "data", "scheduling", "h200")
+def runs(name):
+    with open(os.path.join(sched, name)) as f:
+        return [json.loads(line) for line in f if line.strip()]
+def cell(r):
+    return f"{1e3 * r['ttft_s']['p50']:.0f} / {1e3 * r['ttft_s']['mean']:.0f}, {100 * r['hit_rate']:.1f} %"
+scheduling = open(os.path.join(docs, "scheduling.md")).read()
+for point, title in (("gsp", "**Generated shared prefix**"), ("mt", "**Multi-turn**")):
+    section = scheduling[scheduling.index(title):]
+    for policy, column in (("fcfs", 2), ("lpm", 4)):
+        for r in runs(f"bench-{point}-{policy}.jsonl"):
+            row = re.search(r"^\| " + r["config"] + r" \|.*$", section, re.M)
+            cols = [c.strip() for c in row.group(0).strip("|").split("|")] if row else []
+            check(len(cols) > column and cols[column] == cell(r),
+                  f"scheduling.md {point} {policy} engine {r['config']}: {cols[column] if len(cols) > column else None!r} "
+                  f"against the data's {cell(r)!r}")
+sweep = results[results.index("## Scheduling"):]
+for r in runs("capacity-sweep-lpm.jsonl"):
+    row = re.search(r"^\| " + str(r["num_groups"]) + r" \|.*$", sweep, re.M)
+    check(row is not None and cell(r) in row.group(0),
+          f"results.md's LPM capacity sweep, {r['num_groups']} groups, {r['config']}: {cell(r)}")
+for policy in ("fcfs", "lpm"):
+    by = {}
+    for r in runs(f"experiment-b-{policy}.jsonl"):
+        by.setdefault(r["config"], []).append(f"{1e3 * r['ttft_s']['p50']:.0f} / {1e3 * r['ttft_s']['mean']:.0f}")
+    row = re.search(r"^\| " + policy + r"( \(default\))? \|.*$", scheduling, re.M)
+    for config, cells in by.items():
+        check(row is not None and ", ".join(cells) in row.group(0),
+              f"scheduling.md's Experiment B row {policy}, {config}: {', '.join(cells)}")
 sys.exit(1 if failures else 0)
 PY

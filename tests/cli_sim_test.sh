@@ -25,7 +25,8 @@ import json, sys
 tmp = sys.argv[1]
 r = {m: json.load(open(f"{tmp}/{m}.json")) for m in ("int8", "bf16", "none")}
 keys = ["device", "hit_rate", "hit_rate_device", "hit_rate_host", "l2_capacity_tokens", "l2_bytes_per_token",
-        "restored_tokens", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "wall_seconds"]
+        "restored_tokens", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99", "itl_ms_max",
+        "wall_seconds"]
 for m, d in r.items():
     missing = [k for k in keys if k not in d]
     assert not missing, f"{m}: missing keys {missing}"
@@ -33,6 +34,7 @@ for m, d in r.items():
     assert d["requests"] == 32 and d["rejected"] == 0, (m, d["requests"], d["rejected"])
     assert abs(d["hit_rate"] - d["hit_rate_device"] - d["hit_rate_host"]) < 1e-9, m
     assert 0 <= d["ttft_ms_p50"] <= d["ttft_ms_p99"], m
+    assert 0 < d["itl_ms_p50"] <= d["itl_ms_p99"] <= d["itl_ms_max"], m
 assert r["none"]["hit_rate_host"] == 0 and r["none"]["l2_capacity_tokens"] == 0
 assert r["bf16"]["hit_rate"] > r["none"]["hit_rate"], "the host tier must raise the hit rate"
 assert r["int8"]["hit_rate"] >= r["bf16"]["hit_rate"]
@@ -82,6 +84,7 @@ expect_error "--max-concurrency" --max-concurrency 0
 expect_error "--schedule-policy 'dfs-weight' is not one of fcfs, lpm" --schedule-policy dfs-weight
 expect_error "--schedule-max-overtakes" --schedule-max-overtakes -1
 expect_error "--max-running-requests" --max-running-requests 0
+expect_error "--chunked-prefill-size must be positive, or -1 or 0" --chunked-prefill-size -5
 expect_error "--gsp-num-groups" --gsp-num-groups 0
 expect_error "--hicache-ratio must be a positive" --hicache-size 0 --hicache-ratio 0
 # Two flags that would each size the host tier are refused by name, never one

@@ -325,5 +325,65 @@ TEST(SchedulerOptions, ValidateNamesTheField) {
   EXPECT_NE(o.validate().message().find("max_prefill_tokens"), std::string::npos);
 }
 
+// Chunked prefill: B's 64-token prompt goes 16 tokens a step, and its chunks
+// alternate with the decode steps of A, which is running: A gains a token
+// between any two of B's chunks. Both generate what they would alone.
+TEST(Scheduler, ChunkedPrefillAlternatesWithDecode) {
+  const Request a = SchedulerHarness::request(1, 1000, 8, 12);
+  const Request b = SchedulerHarness::request(2, 2000, 64, 4);
+  std::map<uint64_t, std::vector<TokenId>> alone;
+  for (const Request& r : {a, b}) {
+    SchedulerHarness h(256, /*host_tier=*/false);
+    h.scheduler->submit(r, 0);
+    alone[r.id] = h.run_to_end().at(0).output;
+  }
+  for (bool host_tier : {false, true}) {
+    SCOPED_TRACE(host_tier ? "host tier" : "no host tier");
+    SchedulerOptions o = exact_outputs();
+    o.chunked_prefill_size = 16;
+    SchedulerHarness h(256, host_tier, o);
+    h.scheduler->submit(a, 0);
+    h.step();  // A's prefill
+    h.scheduler->submit(b, 0);
+    std::vector<uint64_t> chunks_at_decode;  // B's chunks so far, at each of A's tokens
+    std::vector<RequestResult> done;
+    for (int i = 0; i < 100 && (h.scheduler->waiting() > 0 || h.scheduler->running() > 0); ++i) {
+      const uint64_t decodes = h.scheduler->stats().decode_steps;
+      for (RequestResult& r : h.step()) done.push_back(std::move(r));
+      if (h.scheduler->stats().decode_steps > decodes) chunks_at_decode.push_back(h.scheduler->stats().prefill_chunks);
+    }
+    EXPECT_EQ(h.scheduler->stats().prefill_chunks, 3u) << "63 computed tokens: 3 chunks of 16, then 15";
+    ASSERT_GE(chunks_at_decode.size(), 3u);
+    EXPECT_EQ(std::vector<uint64_t>(chunks_at_decode.begin(), chunks_at_decode.begin() + 3),
+              (std::vector<uint64_t>{1, 2, 3})) << "a decode step after each chunk";
+    ASSERT_EQ(done.size(), 2u);
+    for (const RequestResult& r : done) {
+      EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+      EXPECT_EQ(r.output, alone[r.id]) << "request " << r.id;
+    }
+    EXPECT_EQ(h.l1->allocator().used_count(), h.cache->l1_tokens());
+  }
+}
+
+// A request cancelled between chunks ends with what it computed in the cache.
+TEST(Scheduler, CancelBetweenChunksKeepsTheComputedPart) {
+  SchedulerOptions o = exact_outputs();
+  o.chunked_prefill_size = 16;
+  SchedulerHarness h(256, /*host_tier=*/false, o);
+  const Request b = SchedulerHarness::request(2, 2000, 64, 4);
+  h.scheduler->submit(b, 0);
+  h.step();
+  h.step();
+  EXPECT_EQ(h.scheduler->stats().prefill_chunks, 2u);
+  EXPECT_EQ(h.scheduler->running(), 1u);
+  ASSERT_TRUE(h.scheduler->cancel(2));
+  const std::vector<RequestResult> done = h.run_to_end();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].finish_reason, FinishReason::kCancelled);
+  EXPECT_TRUE(done[0].output.empty());
+  EXPECT_EQ(h.cache->cached_prefix(b.prompt).l1, 32u);
+  EXPECT_EQ(h.l1->allocator().used_count(), 32u);
+}
+
 }  // namespace
 }  // namespace hiq

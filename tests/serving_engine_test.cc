@@ -349,6 +349,36 @@ TEST_F(ServingEngineTest, SeededSamplingIsReproducible) {
   EXPECT_NE(a, model_.generate_alone(prompt_of(0, 3), 8)) << "temperature 1 should not be greedy here";
 }
 
+// A prompt prefilled in chunks (8 tokens a step here) gives the tokens a
+// whole prefill gives: greedy, and seeded sampling too (a chunk's dropped
+// next token draws nothing from the request's random stream).
+TEST_F(ServingEngineTest, ChunkedPrefillGivesTheSameTokens) {
+  std::vector<TokenId> prompt;
+  for (int i = 0; i < 61; ++i) prompt.push_back(static_cast<TokenId>((i * 11 + 3) % 97));
+  const auto run = [&](size_t chunk, bool sampled) {
+    SchedulerOptions o;
+    o.chunked_prefill_size = chunk;
+    auto l1 = model_.pool(128);
+    RadixCache cache(*l1, nullptr, nullptr);
+    CpuModelRunner runner(model_.shape, model_.weights, *l1, nullptr);
+    ServingEngine engine(cache, *l1, nullptr, runner, o);
+    Request r = request(prompt, 6);
+    if (sampled) {
+      r.sampling.temperature = 1.0f;
+      r.sampling.seed = 9;
+    }
+    auto stream = engine.submit(std::move(r));
+    EXPECT_TRUE(stream.is_ok());
+    const Read read = read_all(**stream);
+    EXPECT_TRUE(read.result.status.is_ok()) << read.result.status.to_string();
+    EXPECT_EQ(engine.stats().scheduler.prefill_chunks, chunk == 0 ? 0u : 7u);  // 60 tokens: 7 chunks of 8, then 4
+    return read.tokens;
+  };
+  EXPECT_EQ(run(8, false), model_.generate_alone(prompt, 6));
+  EXPECT_EQ(run(0, false), model_.generate_alone(prompt, 6));
+  EXPECT_EQ(run(8, true), run(0, true));
+}
+
 TEST_F(ServingEngineTest, AFailingModelFailsItsBatchAndTheEngineGoesOn) {
   std::vector<std::string> lines;
   std::mutex lines_mutex;

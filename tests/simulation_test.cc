@@ -412,5 +412,34 @@ TEST(SimulationConfig, ValidateNamesTheField) {
   EXPECT_EQ(c.validate().message(), "transfer_workers must be in [1, 256]");
 }
 
+// Long prompts beside decoding requests: without chunked prefill a decode
+// waits for whole prompts (the longest gap between two tokens of a request
+// is several prefills); in chunks of 256 it waits at most one chunk. The
+// same tokens are served either way, and the virtual clock makes it exact.
+TEST(Simulation, ChunkedPrefillBoundsTheGapBetweenTokens) {
+  SimulationConfig c = small_config(CodecKind::kInt8, true);
+  c.max_total_tokens = 8192;
+  c.scheduler.max_prefill_tokens = 2000;  // one prompt a step: the first request waits for the other three
+  SharedPrefixWorkload w;
+  w.num_groups = 12;
+  w.prompts_per_group = 1;
+  w.system_prompt_len = 1500;
+  w.question_len = 8;
+  w.output_len = 24;
+  w.vocab_size = 1000;
+  c.scheduler.chunked_prefill_size = 0;
+  auto whole = run_simulation(c, *w.generate());
+  c.scheduler.chunked_prefill_size = 256;
+  auto chunked = run_simulation(c, *w.generate());
+  ASSERT_TRUE(whole.is_ok() && chunked.is_ok());
+  EXPECT_EQ(whole->scheduler.prefill_chunks, 0u);
+  EXPECT_EQ(chunked->scheduler.prefill_chunks, 12u * 5);  // 1,507 computed tokens: 5 chunks of 256, then the rest
+  EXPECT_EQ(chunked->output_tokens, whole->output_tokens);
+  EXPECT_EQ(chunked->rejected, 0u);
+  const double chunk_s = 256 / c.cost.prefill_tokens_per_s, decode_s = c.cost.decode_step_s;
+  EXPECT_LE(chunked->itl_max, chunk_s + 2 * decode_s + 1e-9);
+  EXPECT_GT(whole->itl_max, 2 * 1500 / c.cost.prefill_tokens_per_s);
+}
+
 }  // namespace
 }  // namespace hiq

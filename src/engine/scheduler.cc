@@ -56,6 +56,8 @@ struct Scheduler::Active {
   size_t overtaken = 0;           // requests that arrived later and were admitted first
   size_t cached_l1_now = 0;       // LPM's key, computed when the queue is ordered
   bool resumed = false;           // retracted once: its next prefill continues its output
+  size_t chunk_end = 0;           // a chunked prefill computes tokens [cached, chunk_end) this step
+  bool prefill_started = false;   // an earlier chunk of its prompt ran
 };
 
 Scheduler::Scheduler(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
@@ -73,6 +75,7 @@ Scheduler::Scheduler(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine
 
 Scheduler::~Scheduler() {
   for (auto& a : running_) release(*a);
+  if (chunked_) release(*chunked_);
 }
 
 void Scheduler::submit(Request request, double arrival) {
@@ -99,6 +102,7 @@ bool Scheduler::cancel(uint64_t id) {
   }
   for (auto& a : running_)
     if (a->request.id == id && !a->cancel_requested) return a->cancel_requested = true;
+  if (chunked_ && chunked_->request.id == id && !chunked_->cancel_requested) return chunked_->cancel_requested = true;
   return false;
 }
 
@@ -187,6 +191,38 @@ Scheduler::Admission Scheduler::admit(Active& a) {
   return Admission::kAdmitted;
 }
 
+size_t Scheduler::chunk_size() const {
+  if (options_.chunked_prefill_size == 0) return 0;
+  const size_t page = cache_.page_size();
+  return std::max(page, options_.chunked_prefill_size / page * page);
+}
+
+// Where this step's prefill of `a` ends: its whole prompt, or — when more
+// than a chunk is left to compute and it wants no prompt log-probabilities —
+// one chunk further, a whole number of pages (the tree then owns every
+// computed token). True when the prompt is chunked.
+bool Scheduler::set_chunk_end(Active& a) const {
+  a.chunk_end = a.tokens.size();
+  const size_t chunk = chunk_size();
+  if (chunk == 0 || (a.request.prompt_logprobs && !a.resumed) || a.tokens.size() - a.cached <= chunk) return false;
+  a.chunk_end = a.cached + chunk;
+  return true;
+}
+
+// After a prefill: a request whose prompt is done runs; one with chunks left
+// is the chunked request.
+void Scheduler::place_prefilled(std::vector<std::unique_ptr<Active>>& batch) {
+  for (auto& a : batch) {
+    if (a->cached < a->tokens.size()) {
+      HIQ_DCHECK(chunked_ == nullptr);
+      chunked_ = std::move(a);
+    } else {
+      running_.push_back(std::move(a));
+    }
+  }
+  batch.clear();
+}
+
 void Scheduler::charge_eviction_waits(uint64_t wait_tokens_before) {
   if (const uint64_t waited = cache_.stats().l1_eviction_wait_tokens - wait_tokens_before; waited > 0)
     runner_.waited_for_transfers(waited);
@@ -219,10 +255,18 @@ void Scheduler::order_waiting() {
 Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
   std::vector<ForwardItem> items;
   for (auto& a : batch) {
-    const size_t fresh = a->tokens.size() - a->cached;
+    const size_t fresh = a->chunk_end - a->cached;
     a->slots.insert(a->slots.end(), a->reserved.begin(), a->reserved.begin() + static_cast<std::ptrdiff_t>(fresh));
     a->reserved.erase(a->reserved.begin(), a->reserved.begin() + static_cast<std::ptrdiff_t>(fresh));
-    items.push_back({a->tokens, a->slots, a->cached, a->restored_begin, a->restored_end, a->load,
+    const std::span<const TokenId> tokens = std::span(a->tokens).first(a->chunk_end);
+    if (a->chunk_end < a->tokens.size()) {
+      // Not the last chunk: its next token is not wanted (greedy, from no
+      // request's random stream, and dropped).
+      items.push_back({tokens, a->slots, a->cached, a->restored_begin, a->restored_end, a->load, /*decode=*/false,
+                       nullptr, nullptr, -1, false});
+      continue;
+    }
+    items.push_back({tokens, a->slots, a->cached, a->restored_begin, a->restored_end, a->load,
                      /*decode=*/false, sampling_of(a->request), &a->rng, a->request.logprobs,
                      a->request.prompt_logprobs && !a->resumed});
   }
@@ -245,6 +289,7 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
       HIQ_CHECK(l1_.allocator().free(fresh).is_ok());
       release(a);
       a.slots.clear();
+      a.chunk_end = 0;
       if (restore_failed) {
         waiting_.push_front(std::move(*it));
       } else {
@@ -259,20 +304,29 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     Active& a = *batch[i];
-    if (!a.resumed) {
+    if (!a.resumed && !a.prefill_started) {
       a.result.admitted = start;
-      a.result.first_token = now;
       ++stats_.admitted;
       stats_.queue_seconds += start - a.result.arrival;
     }
-    emit(a, (*next)[i]);
+    a.prefill_started = true;
+    const bool last_chunk = a.chunk_end == a.tokens.size();
+    if (last_chunk) {
+      if (!a.resumed) a.result.first_token = now;
+      emit(a, (*next)[i]);
+    } else {
+      ++stats_.prefill_chunks;
+    }
     // The tree takes the prompt's whole pages; from now on read them through it.
-    RadixNode* node = cache_.insert(a.tokens, a.slots);
+    RadixNode* node = cache_.insert(std::span(a.tokens).first(a.chunk_end), a.slots);
     a.lock = cache_.lock(node);
     const std::vector<SlotId> canonical = cache_.l1_slots_to(node);
     HIQ_CHECK(canonical.size() <= a.slots.size());
     std::copy(canonical.begin(), canonical.end(), a.slots.begin());
     a.load.reset();
+    a.restored_begin = a.restored_end = 0;
+    a.cached = a.chunk_end;
+    a.chunk_end = 0;
   }
   return Status::ok();
 }
@@ -361,9 +415,10 @@ void Scheduler::retract_one() {
 void Scheduler::finish(Active& a, FinishReason reason) {
   a.result.finish_reason = reason;
   a.result.finish = runner_.now();
-  // The whole sequence whose KV exists: prompt and every output token but the last.
-  (void)cache_.insert(a.tokens, a.slots);
-  const size_t whole = a.tokens.size() / cache_.page_size() * cache_.page_size();
+  // The whole sequence whose KV exists: prompt and every output token but the
+  // last (or, cancelled between chunks of its prefill, the part computed).
+  (void)cache_.insert(std::span(a.tokens).first(a.slots.size()), a.slots);
+  const size_t whole = a.slots.size() / cache_.page_size() * cache_.page_size();
   const std::span<const SlotId> tail = std::span(a.slots).subspan(whole);
   HIQ_CHECK(l1_.allocator().free(tail).is_ok());
   release(a);
@@ -387,6 +442,30 @@ Result<bool> Scheduler::step() {
     } else {
       ++it;
     }
+  }
+  if (chunked_ && chunked_->cancel_requested) {
+    finish(*chunked_, FinishReason::kCancelled);
+    chunked_.reset();
+  }
+  // A prompt prefilled in chunks: each chunk (its last too) is followed by a
+  // decode step of the running requests, so that it does not stall them, and
+  // nothing else is admitted until its last chunk.
+  if (last_step_was_chunk_ && !running_.empty()) {
+    last_step_was_chunk_ = false;
+    HIQ_RETURN_IF_ERROR(decode());
+    cache_.poll_transfers();
+    return true;
+  }
+  last_step_was_chunk_ = false;
+  if (chunked_) {
+    last_step_was_chunk_ = true;
+    set_chunk_end(*chunked_);
+    std::vector<std::unique_ptr<Active>> batch;
+    batch.push_back(std::move(chunked_));
+    HIQ_RETURN_IF_ERROR(prefill(batch));
+    place_prefilled(batch);
+    cache_.poll_transfers();
+    return true;
   }
   // Admit what fits the prefill budget, in the policy's order. The budget counts
   // the tokens a prefill computes; what the cache holds costs nothing. A
@@ -417,6 +496,7 @@ Result<bool> Scheduler::step() {
       const std::vector<TokenId>& prompt = a.tokens;
       const size_t cached = cache_.cached_prefix(std::span(prompt).first(usable_prefix(a))).total();
       if (prompt.size() - cached > budget) break;
+      if (chunk_size() > 0 && prompt.size() - cached > chunk_size()) break;  // chunked: first of a step, alone
       if (options_.in_batch_prefix_tokens > 0 && computes_prefix_of_batch(a, cached)) {
         ++it;  // deferred to the next step
         continue;
@@ -436,14 +516,17 @@ Result<bool> Scheduler::step() {
       continue;
     }
     budget -= std::min(budget, owned->tokens.size() - owned->cached);
+    const bool chunked = set_chunk_end(*owned);
     batch.push_back(std::move(owned));
+    if (chunked) break;  // the first request of the step, and its only one
   }
   charge_eviction_waits(waited_before);
   for (auto& w : waiting_)
     for (const auto& a : batch) w->overtaken += a->rank > w->rank ? 1 : 0;
   if (!batch.empty()) {
     HIQ_RETURN_IF_ERROR(prefill(batch));
-    for (auto& a : batch) running_.push_back(std::move(a));
+    place_prefilled(batch);
+    last_step_was_chunk_ = chunked_ != nullptr;
   } else if (!running_.empty()) {
     HIQ_RETURN_IF_ERROR(decode());
   } else if (!waiting_.empty() && cache_.transfers_in_flight() > 0) {
@@ -461,7 +544,7 @@ Result<bool> Scheduler::step() {
     finished_.push_back(std::move(a->result));
   }
   cache_.poll_transfers();
-  return !waiting_.empty() || !running_.empty();
+  return !waiting_.empty() || !running_.empty() || chunked_ != nullptr;
 }
 
 std::vector<RequestResult> Scheduler::take_finished() { return std::exchange(finished_, {}); }

@@ -67,6 +67,10 @@ struct SchedulerOptions {
   double new_token_ratio = 0.7;
   double min_new_token_ratio = 0.098;
   size_t new_token_ratio_decay_steps = 600;
+  // A prompt with more than this many tokens left to compute is prefilled in
+  // chunks of it (rounded down to whole pages), one a step, alternating with
+  // the running requests' decode steps (SGLang --chunked-prefill-size). 0: off.
+  size_t chunked_prefill_size = 8192;
 
   Status validate() const;  // errors name the field
 };
@@ -112,6 +116,7 @@ struct SchedulerStats {
   uint64_t admission_waits = 0;  // steps whose head of the queue fit the budget but not into L1 yet
   uint64_t transfer_drains = 0;  // steps that waited for the cache's transfers with nothing else to run
   uint64_t retractions = 0;      // running requests sent back to the queue when decode ran out of L1
+  uint64_t prefill_chunks = 0;   // prefill steps that computed a chunk of a prompt, not its end
 };
 
 class Scheduler {
@@ -133,7 +138,7 @@ class Scheduler {
   // log-probabilities their requests asked for.
   std::vector<GeneratedToken> take_new_tokens();
   size_t waiting() const { return waiting_.size(); }
-  size_t running() const { return running_.size(); }
+  size_t running() const { return running_.size() + (chunked_ ? 1 : 0); }
   const SchedulerStats& stats() const { return stats_; }
 
  private:
@@ -147,6 +152,9 @@ class Scheduler {
   void charge_eviction_waits(uint64_t wait_tokens_before);
   size_t usable_prefix(const Active& a) const;
   void retract_one();
+  size_t chunk_size() const;
+  bool set_chunk_end(Active& a) const;
+  void place_prefilled(std::vector<std::unique_ptr<Active>>& batch);
   void emit(Active& a, ForwardResult& result);
   Status prefill(std::vector<std::unique_ptr<Active>>& batch);
   Status decode();
@@ -165,6 +173,8 @@ class Scheduler {
   double new_token_ratio_;        // of committed_outputs_ that admission counts
   double new_token_ratio_decay_;
   std::vector<std::unique_ptr<Active>> running_;
+  std::unique_ptr<Active> chunked_;  // admitted, its prompt prefilled a chunk a step
+  bool last_step_was_chunk_ = false;
   std::vector<RequestResult> finished_;
   std::vector<GeneratedToken> new_tokens_;
   SchedulerStats stats_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "memory/cuda_device_kv_pool.h"
 #include "transfer/cuda_transfer_engine.h"
@@ -89,7 +91,8 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
   ro.verify_every_decode_row = config.verify_every_read;
   SimRunner runner(*l1, l2.get(), engine.get(), ro);
   SimulationReport report;
-  std::vector<double> ttfts;
+  std::vector<double> ttfts, itls;
+  std::unordered_map<uint64_t, double> last_token_at;  // per running request
   {
     RadixCache cache(*l1, l2.get(), engine.get(), config.cache);
     Scheduler scheduler(cache, *l1, engine.get(), runner, config.scheduler);
@@ -106,7 +109,13 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
       // prefill's new KV takes a few ms on the wire, well inside a step), not
       // whenever a worker thread happens to finish: the run is deterministic.
       cache.drain_transfers();
+      // Inter-token latency: the gap between a request's consecutive tokens.
+      for (const GeneratedToken& t : scheduler.take_new_tokens()) {
+        auto [it, first] = last_token_at.try_emplace(t.request, runner.now());
+        if (!first) itls.push_back(runner.now() - std::exchange(it->second, runner.now()));
+      }
       for (RequestResult& r : scheduler.take_finished()) {
+        last_token_at.erase(r.id);
         ++done;
         if (!r.status.is_ok()) {
           ++report.rejected;
@@ -158,6 +167,11 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
     report.ttft_mean = sum / static_cast<double>(ttfts.size());
     report.ttft_p50 = percentile(ttfts, 0.5);
     report.ttft_p99 = percentile(ttfts, 0.99);
+  }
+  if (!itls.empty()) {
+    report.itl_p50 = percentile(itls, 0.5);
+    report.itl_p99 = percentile(itls, 0.99);
+    report.itl_max = *std::max_element(itls.begin(), itls.end());
   }
   report.virtual_seconds = runner.now();
   report.output_tokens_per_s =

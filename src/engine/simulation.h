@@ -67,6 +67,7 @@ struct SimulationReport {
   uint64_t l1_eviction_waits = 0;     // transfers L1 eviction waited for (RadixCacheStats)
   uint64_t verified_tokens = 0;       // cached tokens the simulated model checked on read
   double ttft_mean = 0, ttft_p50 = 0, ttft_p99 = 0;  // seconds, virtual
+  double itl_p50 = 0, itl_p99 = 0, itl_max = 0;      // seconds between a request's consecutive tokens, virtual
   double virtual_seconds = 0, output_tokens_per_s = 0;
   double wall_seconds = 0;
   SchedulerStats scheduler;           // steps (virtual seconds), queueing, admission waits

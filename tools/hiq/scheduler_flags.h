@@ -17,6 +17,7 @@ struct SchedulerFlags {
   std::string schedule_policy = "lpm";
   int64_t max_overtakes = 64;
   double conservativeness = 1.0;
+  int64_t chunked_prefill_size = 8192;
 };
 
 // Fills `options`' scheduling fields; errors name the flag.
@@ -36,6 +37,8 @@ inline Status apply_scheduler_flags(const SchedulerFlags& f, SchedulerOptions& o
   const SchedulerOptions defaults;
   options.new_token_ratio = std::min(1.0, defaults.new_token_ratio * f.conservativeness);
   options.min_new_token_ratio = std::min(options.new_token_ratio, defaults.min_new_token_ratio * f.conservativeness);
+  if (f.chunked_prefill_size < -1) return invalid_argument("--chunked-prefill-size must be positive, or -1 or 0 (off)");
+  options.chunked_prefill_size = static_cast<size_t>(std::max<int64_t>(0, f.chunked_prefill_size));
   return Status::ok();
 }
 
@@ -54,6 +57,9 @@ inline void add_scheduler_flags(CLI::App* app, SchedulerFlags& flags) {
   app->add_option("--schedule-conservativeness", f->conservativeness,
                   "Scales the share of outputs not yet generated that admission counts (0.7 at 1, decaying to "
                   "0.098); decode retracts requests when L1 runs out. 10.2 or more: count every output")
+      ->capture_default_str();
+  app->add_option("--chunked-prefill-size", f->chunked_prefill_size,
+                  "Prefill a longer prompt in chunks of this many tokens, alternating with decode steps (-1 or 0: off)")
       ->capture_default_str();
 }
 

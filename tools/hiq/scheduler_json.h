@@ -17,7 +17,8 @@ inline nlohmann::json scheduler_json(const SchedulerStats& q) {
           {"queue_s_mean", q.admitted > 0 ? q.queue_seconds / static_cast<double>(q.admitted) : 0.0},
           {"admission_waits", q.admission_waits},
           {"transfer_drains", q.transfer_drains},
-          {"retractions", q.retractions}};
+          {"retractions", q.retractions},
+          {"prefill_chunks", q.prefill_chunks}};
 }
 
 }  // namespace hiq::cli

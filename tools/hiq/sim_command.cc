@@ -111,6 +111,9 @@ int run_sim(const SimFlags& f) {
         {"ttft_ms_mean", r.ttft_mean * 1e3},
         {"ttft_ms_p50", r.ttft_p50 * 1e3},
         {"ttft_ms_p99", r.ttft_p99 * 1e3},
+        {"itl_ms_p50", r.itl_p50 * 1e3},
+        {"itl_ms_p99", r.itl_p99 * 1e3},
+        {"itl_ms_max", r.itl_max * 1e3},
         {"output_tokens_per_s", r.output_tokens_per_s},
         {"virtual_seconds", r.virtual_seconds},
         {"wall_seconds", r.wall_seconds},
@@ -136,6 +139,8 @@ int run_sim(const SimFlags& f) {
   t.add_row({"cached tokens checked", format_count(r.verified_tokens)});
   t.add_row({"TTFT mean / p50 / p99", format_fixed(r.ttft_mean * 1e3, 1) + " / " + format_fixed(r.ttft_p50 * 1e3, 1) + " / " +
                                           format_fixed(r.ttft_p99 * 1e3, 1) + " ms"});
+  t.add_row({"ITL p50 / p99 / max", format_fixed(r.itl_p50 * 1e3, 1) + " / " + format_fixed(r.itl_p99 * 1e3, 1) +
+                                        " / " + format_fixed(r.itl_max * 1e3, 1) + " ms"});
   t.add_row({"output throughput", format_fixed(r.output_tokens_per_s, 1) + " tok/s (simulated)"});
   t.add_row({"wall time", format_fixed(r.wall_seconds, 2) + " s"});
   t.print(std::cout);

@@ -312,6 +312,34 @@ TEST(Scheduler, RetractedRequestsResumeFromTheCacheAndGenerateTheSameTokens) {
   }
 }
 
+// A request that may generate to the end of the context (a chat request
+// without max_tokens) counts at most clip_max_new_tokens_estimation outputs
+// at admission: two run at once instead of one after the other, and when
+// they outgrow L1 one is retracted and resumes, with the same tokens.
+TEST(Scheduler, AnOutputEstimateIsClipped) {
+  const Request a = SchedulerHarness::request(1, 1000, 10, 300), b = SchedulerHarness::request(2, 2000, 10, 300);
+  std::map<uint64_t, std::vector<TokenId>> alone;
+  for (const Request& r : {a, b}) {
+    SchedulerHarness h(512, /*host_tier=*/false);
+    h.scheduler->submit(r, 0);
+    alone[r.id] = h.run_to_end().at(0).output;
+  }
+  for (size_t clip : {size_t{4096}, size_t{64}}) {
+    SCOPED_TRACE("clip " + std::to_string(clip));
+    SchedulerOptions o = exact_outputs();
+    o.clip_max_new_tokens_estimation = clip;
+    SchedulerHarness h(512, /*host_tier=*/true, o);
+    h.scheduler->submit(a, 0);
+    h.scheduler->submit(b, 0);
+    h.step();
+    EXPECT_EQ(h.scheduler->running(), clip == 64 ? 2u : 1u);
+    const std::vector<RequestResult> done = h.run_to_end();
+    ASSERT_EQ(done.size(), 2u);
+    for (const RequestResult& r : done) EXPECT_EQ(r.output, alone[r.id]) << "request " << r.id;
+    EXPECT_EQ(h.scheduler->stats().retractions > 0, clip == 64) << "309 + 309 slots do not fit in 512";
+  }
+}
+
 TEST(SchedulerOptions, ValidateNamesTheField) {
   SchedulerOptions o;
   EXPECT_TRUE(o.validate().is_ok());

@@ -18,6 +18,7 @@ const SamplingParams* sampling_of(const Request& r) { return r.sampling.greedy()
 Status SchedulerOptions::validate() const {
   if (max_prefill_tokens < 1) return invalid_argument("max_prefill_tokens must be positive");
   if (max_running_requests < 1) return invalid_argument("max_running_requests must be positive");
+  if (clip_max_new_tokens_estimation < 1) return invalid_argument("clip_max_new_tokens_estimation must be positive");
   if (!(min_new_token_ratio > 0 && min_new_token_ratio <= new_token_ratio && new_token_ratio <= 1))
     return invalid_argument("new_token_ratio and min_new_token_ratio must satisfy 0 < min_new_token_ratio <= "
                             "new_token_ratio <= 1 (got " + std::to_string(new_token_ratio) + " and " +
@@ -45,7 +46,7 @@ struct Scheduler::Active {
   std::vector<TokenId> tokens;    // prompt, then the generated tokens fed back (a retracted request resumes from all of it)
   std::vector<SlotId> slots;      // an L1 slot per token of `tokens`
   std::vector<SlotId> reserved;   // L1 slots allocated for the rest of the prompt (and a decode step's token)
-  size_t outputs_left = 0;        // output slots decode will still allocate (counted in committed_outputs_)
+  size_t outputs_left = 0;        // output slots decode will still allocate (committed_outputs_ counts them, clipped)
   size_t cached = 0;              // tokens whose KV was cached (L1 or restored)
   size_t restored_begin = 0, restored_end = 0;
   std::optional<Ticket> load;
@@ -110,7 +111,7 @@ bool Scheduler::cancel(uint64_t id) {
 void Scheduler::release(Active& a) {
   if (!a.reserved.empty()) HIQ_CHECK(l1_.allocator().free(a.reserved).is_ok());
   a.reserved.clear();
-  committed_outputs_ -= a.outputs_left;
+  committed_outputs_ -= clipped(a.outputs_left);
   a.outputs_left = 0;
   a.lock.release();
 }
@@ -154,7 +155,7 @@ Scheduler::Admission Scheduler::admit(Active& a) {
   // no restore.
   const size_t needed = prompt.size() - m.l1_slots.size();
   const auto expected_outputs = static_cast<size_t>(
-      std::ceil(new_token_ratio_ * static_cast<double>(outputs + committed_outputs_)));
+      std::ceil(new_token_ratio_ * static_cast<double>(clipped(outputs) + committed_outputs_)));
   if (l1_.allocator().free_count() + cache_.reclaimable_l1_tokens() < needed + expected_outputs) {
     a.lock.release();
     return Admission::kWait;
@@ -183,7 +184,7 @@ Scheduler::Admission Scheduler::admit(Active& a) {
   }
   a.reserved = std::move(*slots);
   a.outputs_left = outputs;
-  committed_outputs_ += outputs;
+  committed_outputs_ += clipped(outputs);
   if (!a.resumed) {  // a resumed request's hits are its own KV: not the cache's hit rate
     a.result.cached_l1_tokens = a.restored_begin;
     a.result.cached_l2_tokens = a.restored_end - a.restored_begin;
@@ -356,8 +357,8 @@ Status Scheduler::decode() {
   for (size_t i = 0; i < n; ++i) {
     Active* a = running_[i].get();
     HIQ_DCHECK(a->outputs_left > 0);
+    committed_outputs_ -= clipped(a->outputs_left) - clipped(a->outputs_left - 1);
     --a->outputs_left;
-    --committed_outputs_;
     a->tokens.push_back(a->result.output.back());
     a->slots.push_back((*step_slots)[i]);
     items.push_back({a->tokens, a->slots, a->tokens.size() - 1, 0, 0, std::nullopt, /*decode=*/true,
@@ -454,7 +455,7 @@ Result<bool> Scheduler::step() {
     last_step_was_chunk_ = false;
     HIQ_RETURN_IF_ERROR(decode());
     cache_.poll_transfers();
-    return true;
+    return busy();
   }
   last_step_was_chunk_ = false;
   if (chunked_) {
@@ -465,7 +466,7 @@ Result<bool> Scheduler::step() {
     HIQ_RETURN_IF_ERROR(prefill(batch));
     place_prefilled(batch);
     cache_.poll_transfers();
-    return true;
+    return busy();
   }
   // Admit what fits the prefill budget, in the policy's order. The budget counts
   // the tokens a prefill computes; what the cache holds costs nothing. A
@@ -544,7 +545,7 @@ Result<bool> Scheduler::step() {
     finished_.push_back(std::move(a->result));
   }
   cache_.poll_transfers();
-  return !waiting_.empty() || !running_.empty() || chunked_ != nullptr;
+  return busy();
 }
 
 std::vector<RequestResult> Scheduler::take_finished() { return std::exchange(finished_, {}); }

@@ -14,6 +14,7 @@
 // restore that fails sends its request back to the queue to be recomputed.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -67,6 +68,10 @@ struct SchedulerOptions {
   double new_token_ratio = 0.7;
   double min_new_token_ratio = 0.098;
   size_t new_token_ratio_decay_steps = 600;
+  // A request's outputs count at most this many (SGLang's
+  // CLIP_MAX_NEW_TOKENS_ESTIMATION): a chat request without max_tokens may
+  // ask for 32,768 and stop after a few hundred.
+  size_t clip_max_new_tokens_estimation = 4096;
   // A prompt with more than this many tokens left to compute is prefilled in
   // chunks of it (rounded down to whole pages), one a step, alternating with
   // the running requests' decode steps (SGLang --chunked-prefill-size). 0: off.
@@ -155,6 +160,7 @@ class Scheduler {
   size_t chunk_size() const;
   bool set_chunk_end(Active& a) const;
   void place_prefilled(std::vector<std::unique_ptr<Active>>& batch);
+  bool busy() const { return !waiting_.empty() || !running_.empty() || chunked_ != nullptr; }
   void emit(Active& a, ForwardResult& result);
   Status prefill(std::vector<std::unique_ptr<Active>>& batch);
   Status decode();
@@ -169,7 +175,10 @@ class Scheduler {
   SchedulerOptions options_;
   std::deque<std::unique_ptr<Active>> waiting_;
   uint64_t submitted_ = 0;  // requests submitted so far: the next one's arrival rank
-  size_t committed_outputs_ = 0;  // output slots running requests' decode steps will still allocate
+  // Output slots running requests' decode steps will still allocate, each
+  // request's clipped at options_.clip_max_new_tokens_estimation.
+  size_t committed_outputs_ = 0;
+  size_t clipped(size_t outputs) const { return std::min(outputs, options_.clip_max_new_tokens_estimation); }
   double new_token_ratio_;        // of committed_outputs_ that admission counts
   double new_token_ratio_decay_;
   std::vector<std::unique_ptr<Active>> running_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codec/numeric.h"
+#include "core/parallel.h"
 #include "kv/model_config.h"
 #include "model/cpu_forward.h"
 #include "tiny_model.h"
@@ -152,6 +153,28 @@ TEST(CpuForward, ContinuingFromKvInL1EqualsOnePrefillToTheBit) {
     ASSERT_TRUE(step.is_ok());
     EXPECT_TRUE(std::equal(step->begin(), step->end(), full->begin() + (end - 1) * vocab)) << end;
   }
+}
+
+// The forward pass splits its matrix products and attention across threads;
+// every value is computed the same way whichever thread computes it, so the
+// logits are the same bits on 1, 2 and 3 threads.
+TEST(CpuForward, ThreadsGiveTheSameBits) {
+  TinyModel m;
+  const auto tokens = prompt(200);
+  std::vector<SlotId> slots(200);
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<SlotId>(255 - i);
+  const int before = parallel_threads();
+  std::vector<std::vector<float>> logits;
+  for (int threads : {1, 2, 3}) {
+    set_parallel_threads(threads);
+    auto l1 = m.pool(256);
+    auto out = cpu_forward(m.shape, m.weights, *l1, tokens, slots, 0, /*all_logits=*/true);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    logits.push_back(std::move(*out));
+  }
+  set_parallel_threads(before);
+  EXPECT_TRUE(logits[0] == logits[1]);
+  EXPECT_TRUE(logits[0] == logits[2]);
 }
 
 TEST(CpuForward, ThePrefixIsReadFromL1) {

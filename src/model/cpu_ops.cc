@@ -7,6 +7,7 @@
 
 #include "codec/numeric.h"
 #include "core/check.h"
+#include "core/parallel.h"
 
 namespace hiq::cpu {
 namespace {
@@ -55,6 +56,10 @@ void widen_row(const MatrixView& w, int64_t row, float* out) {
   }
 }
 
+// Multiply-adds a thread's share of a loop should have at least, so that
+// waking a worker costs little beside it.
+constexpr int64_t kParallelWork = int64_t{1} << 16;
+
 }  // namespace
 
 void read_row(const MatrixView& w, int64_t row, float* out) {
@@ -65,22 +70,26 @@ void read_row(const MatrixView& w, int64_t row, float* out) {
 void matmul(const float* x, int64_t m, const MatrixView& w, const VectorView& bias, float* y) {
   HIQ_CHECK(w.data != nullptr && w.rows > 0 && w.cols > 0);
   HIQ_CHECK(bias.data == nullptr || bias.size == w.rows);
-  std::vector<float> row(static_cast<size_t>(w.cols));
-  // Weight row outermost: each row is widened once and used by every token.
-  for (int64_t j = 0; j < w.rows; ++j) {
-    widen_row(w, j, row.data());
-    const float b = bias.data ? load(bias.type, bias.data, j) : 0.0f;
-    for (int64_t t = 0; t < m; ++t) {
-      const float* xt = x + t * w.cols;
-      // Four partial sums: independent chains the compiler can vectorise.
-      float s[4] = {0, 0, 0, 0};
-      int64_t i = 0;
-      for (; i + 4 <= w.cols; i += 4)
-        for (int k = 0; k < 4; ++k) s[k] += xt[i + k] * row[static_cast<size_t>(i + k)];
-      for (; i < w.cols; ++i) s[0] += xt[i] * row[static_cast<size_t>(i)];
-      y[t * w.rows + j] = (s[0] + s[1]) + (s[2] + s[3]) + b;
+  // Output features split across threads; each is computed the same way
+  // whichever thread runs it, so the result does not depend on the split.
+  parallel_for(w.rows, kParallelWork / (w.cols * m) + 1, [&](int64_t first, int64_t last) {
+    std::vector<float> row(static_cast<size_t>(w.cols));
+    // Weight row outermost: each row is widened once and used by every token.
+    for (int64_t j = first; j < last; ++j) {
+      widen_row(w, j, row.data());
+      const float b = bias.data ? load(bias.type, bias.data, j) : 0.0f;
+      for (int64_t t = 0; t < m; ++t) {
+        const float* xt = x + t * w.cols;
+        // Four partial sums: independent chains the compiler can vectorise.
+        float s[4] = {0, 0, 0, 0};
+        int64_t i = 0;
+        for (; i + 4 <= w.cols; i += 4)
+          for (int k = 0; k < 4; ++k) s[k] += xt[i + k] * row[static_cast<size_t>(i + k)];
+        for (; i < w.cols; ++i) s[0] += xt[i] * row[static_cast<size_t>(i)];
+        y[t * w.rows + j] = (s[0] + s[1]) + (s[2] + s[3]) + b;
+      }
     }
-  }
+  });
 }
 
 void rms_norm(const float* x, int64_t m, int64_t n, const VectorView& weight, float eps, float* y,
@@ -132,10 +141,13 @@ void attention(const float* q, int64_t n_q, const float* k, const float* v, int6
   HIQ_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0);
   HIQ_CHECK(n_kv >= first_position + n_q);
   const int group = heads / kv_heads;
-  std::vector<float> scores(static_cast<size_t>(n_kv));
-  for (int64_t t = 0; t < n_q; ++t) {
-    const int64_t visible = first_position + t + 1;  // causal: keys at positions ≤ the query's
-    for (int h = 0; h < heads; ++h) {
+  // (query, head) pairs split across threads, each computed whole by one.
+  parallel_for(n_q * heads, kParallelWork / (n_kv * head_dim) + 1, [&](int64_t first, int64_t last) {
+    std::vector<float> scores(static_cast<size_t>(n_kv));
+    for (int64_t pair = first; pair < last; ++pair) {
+      const int64_t t = pair / heads;
+      const auto h = static_cast<int>(pair % heads);
+      const int64_t visible = first_position + t + 1;  // causal: keys at positions ≤ the query's
       const float* qh = q + (t * heads + h) * head_dim;
       const int kvh = h / group;
       float max_score = -INFINITY;
@@ -159,7 +171,7 @@ void attention(const float* q, int64_t n_q, const float* k, const float* v, int6
         for (int d = 0; d < head_dim; ++d) oh[d] += p * vj[d];
       }
     }
-  }
+  });
 }
 
 void round_to_bf16(float* x, size_t n) {

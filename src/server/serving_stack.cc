@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/parallel.h"
 #include "engine/cpu_model_runner.h"
 #include "kv/geometry.h"
 #include "engine/cuda_model_runner.h"
@@ -46,6 +47,7 @@ Status ServeConfig::validate() const {
                             " tokens), got " + std::to_string(max_total_tokens));
   HIQ_RETURN_IF_ERROR(scheduler.validate());
   if (transfer_workers < 1 || transfer_workers > 256) return invalid_argument("transfer_workers must be in [1, 256]");
+  if (cpu_threads < 0 || cpu_threads > 1024) return invalid_argument("cpu_threads must be in [0, 1024] (0: every core)");
   return Status::ok();
 }
 
@@ -105,6 +107,7 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
   s->model_ = std::move(model);
   const LoadedModel& m = s->model_->checkpoint();
   const bool cuda = s->model_->device() == "cuda";
+  if (!cuda && c.cpu_threads > 0) set_parallel_threads(c.cpu_threads);
   const size_t slots = c.max_total_tokens > 0 ? c.max_total_tokens : (cuda ? 65536 : 8192);
   const KvGeometry geometry = m.config().kv_geometry(c.page_size);
   if (cuda) {

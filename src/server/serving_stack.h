@@ -38,6 +38,7 @@ struct ServeConfig {
   RadixCacheOptions cache;          // --hicache-write-policy
   SchedulerOptions scheduler;       // --max-prefill-tokens, --max-running-requests
   int transfer_workers = 2;         // CPU transfer engine threads
+  int cpu_threads = 0;              // --cpu-threads: the CPU forward pass's threads (process-wide); 0: every core
   std::string served_model_name;    // --served-model-name; empty: the directory's name
   std::string chat_template_file;   // --chat-template: a Jinja file (or a JSON with "chat_template"); empty: the model's
 

@@ -38,7 +38,8 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
                                                      {"page_size", "--page-size"},
                                                      {"max_total_tokens", "--max-total-tokens"},
                                                      {"max_prefill_tokens", "--max-prefill-tokens"},
-                                                     {"max_running_requests", "--max-running-requests"}}));
+                                                     {"max_running_requests", "--max-running-requests"},
+                                                     {"cpu_threads", "--cpu-threads"}}));
   return c;
 }
 
@@ -52,6 +53,8 @@ inline void add_stack_flags(CLI::App* app, ServeFlags& flags) {
   app->add_option("--max-total-tokens", f->max_total_tokens, "L1 capacity in tokens (0: 8192 cpu, 65536 cuda)")
       ->capture_default_str();
   app->add_option("--page-size", f->config.page_size, "Tokens per page")->capture_default_str();
+  app->add_option("--cpu-threads", f->config.cpu_threads, "--device cpu: threads of the forward pass (0: every core)")
+      ->capture_default_str();
   add_host_tier_flags(app, f->host);
   add_scheduler_flags(app, f->scheduler);
   app->add_option("--max-queued-requests", f->max_queued_requests,

@@ -1,0 +1,132 @@
+#include "core/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/check.h"
+
+namespace hiq {
+namespace {
+
+thread_local bool in_loop = false;  // this thread is running a parallel_for's range
+
+struct Job {
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  int64_t n = 0, chunk = 1;
+  std::atomic<int64_t> next{0};
+
+  void run() {
+    in_loop = true;
+    for (int64_t begin = next.fetch_add(chunk); begin < n; begin = next.fetch_add(chunk))
+      (*fn)(begin, std::min(begin + chunk, n));
+    in_loop = false;
+  }
+};
+
+class Pool {
+ public:
+  static Pool& get() {
+    static Pool pool;
+    return pool;
+  }
+  ~Pool() { stop(); }
+
+  int threads() const { return threads_.load(); }
+  void set_threads(int threads) {
+    HIQ_CHECK(threads >= 1);
+    HIQ_CHECK_MSG(!in_loop, "set_parallel_threads inside a parallel_for");
+    std::lock_guard call(call_);
+    stop();
+    threads_ = threads;
+  }
+
+  void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    grain = std::max<int64_t>(grain, 1);
+    std::unique_lock call(call_, std::defer_lock);
+    if (n <= grain || in_loop || !call.try_lock() || threads_ == 1) {
+      if (n > 0) fn(0, n);
+      return;
+    }
+    if (workers_.empty()) start();
+    Job job;
+    job.fn = &fn;
+    job.n = n;
+    const int threads = threads_.load();
+    job.chunk = std::max(grain, (n + threads - 1) / threads);
+    {
+      std::lock_guard lock(mutex_);
+      job_ = &job;
+      ++generation_;
+    }
+    wake_.notify_all();
+    job.run();
+    std::unique_lock lock(mutex_);
+    // A worker that wakes after this finds no job; one that took it is waited for.
+    idle_.wait(lock, [&] { return busy_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  Pool() {
+    const unsigned hardware = std::thread::hardware_concurrency();
+    threads_ = hardware == 0 ? 1 : static_cast<int>(hardware);
+  }
+
+  void start() {
+    stopping_ = false;
+    for (int i = 1; i < threads_.load(); ++i) workers_.emplace_back([this] { work(); });
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+    workers_.clear();
+  }
+
+  void work() {
+    uint64_t seen = 0;
+    std::unique_lock lock(mutex_);
+    seen = generation_;
+    while (true) {
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      Job* job = job_;
+      if (job == nullptr) continue;  // woke after that loop had ended
+      ++busy_;
+      lock.unlock();
+      job->run();
+      lock.lock();
+      if (--busy_ == 0) idle_.notify_all();
+    }
+  }
+
+  std::mutex call_;  // held by the one loop running on the pool (and by set_threads)
+  std::atomic<int> threads_{1};
+  std::mutex mutex_;
+  std::condition_variable wake_, idle_;
+  std::vector<std::thread> workers_;
+  Job* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int busy_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace
+
+void set_parallel_threads(int threads) { Pool::get().set_threads(threads); }
+
+int parallel_threads() { return Pool::get().threads(); }
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  Pool::get().run(n, grain, fn);
+}
+
+}  // namespace hiq

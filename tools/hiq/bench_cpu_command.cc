@@ -1,0 +1,136 @@
+// `hiq bench cpu --model DIR`: the CPU forward pass on N threads against one
+// thread, in the same run — a prefill and a decode step, each timed on both,
+// and their logits compared (the split must not change a bit).
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "core/parallel.h"
+#include "model/cpu_forward.h"
+#include "model/loaded_model.h"
+#include "tools/hiq/commands.h"
+#include "tools/hiq/table.h"
+
+namespace hiq::cli {
+namespace {
+
+struct CpuBenchFlags {
+  std::string model = "models/hiq-tiny-python";
+  int threads = 0;  // 0: every hardware thread
+  int prefill = 512;
+  int decode_context = 512;
+  double seconds = 1.0;
+  bool json = false;
+};
+
+struct Timing {
+  double seconds = 0;          // median of the repeats
+  std::vector<float> logits;   // of the last repeat
+};
+
+// Runs `forward` at least 3 times and for about `seconds`; the median time.
+Result<Timing> time_forward(const std::function<Result<std::vector<float>>()>& forward, double seconds) {
+  std::vector<double> times;
+  Timing t;
+  const auto start = std::chrono::steady_clock::now();
+  while (times.size() < 3 ||
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+    const auto a = std::chrono::steady_clock::now();
+    HIQ_ASSIGN_OR_RETURN(t.logits, forward());
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+  t.seconds = times[times.size() / 2];
+  return t;
+}
+
+int run_cpu_bench(const CpuBenchFlags& f) {
+  if (f.threads < 0) return report_error("bench cpu", invalid_argument("--threads must be positive, or 0 (all)"));
+  if (f.prefill < 1 || f.decode_context < 1)
+    return report_error("bench cpu", invalid_argument("--prefill and --decode-context must be positive"));
+  if (!(f.seconds > 0)) return report_error("bench cpu", invalid_argument("--seconds must be positive"));
+  auto model = LoadedModel::load(f.model);
+  if (!model) return report_error("bench cpu", model.status());
+  const LoadedModel& m = **model;
+  const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto prefill = static_cast<size_t>(f.prefill), context = static_cast<size_t>(f.decode_context);
+  auto l1 = make_host_memory_device_pool(m.config().kv_geometry(), std::max(prefill, context + 1));
+  if (!l1) return report_error("bench cpu", l1.status());
+  std::vector<int32_t> tokens(std::max(prefill, context + 1));
+  std::vector<SlotId> slots(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(m.shape().vocab_size));
+    slots[i] = static_cast<SlotId>(i);
+  }
+  const auto run = [&](size_t n, size_t first_new) {
+    return [&, n, first_new] {
+      return cpu_forward(m.shape(), m.weights(), **l1, std::span(tokens).first(n), std::span(slots).first(n),
+                         first_new);
+    };
+  };
+  // The decode step's context KV, once (one thread computes the same bits as N).
+  if (auto warm = run(context, 0)(); !warm) return report_error("bench cpu", warm.status());
+
+  struct Row {
+    std::string what;
+    size_t tokens;
+    Timing one, many;
+  };
+  std::vector<Row> rows = {{"prefill", prefill, {}, {}}, {"decode step", 1, {}, {}}};
+  const int before = parallel_threads();
+  for (Row& row : rows) {
+    const auto forward = row.what == "prefill" ? run(prefill, 0) : run(context + 1, context);
+    for (int n : {1, threads}) {
+      set_parallel_threads(n);
+      auto t = time_forward(forward, f.seconds);
+      if (!t) return report_error("bench cpu", t.status());
+      (n == 1 ? row.one : row.many) = std::move(*t);
+    }
+  }
+  set_parallel_threads(before);
+
+  if (f.json) {
+    nlohmann::json out = {{"model", f.model}, {"threads", threads}};
+    for (const Row& r : rows)
+      out["rows"].push_back({{"what", r.what},
+                             {"tokens", r.tokens},
+                             {"one_thread_seconds", r.one.seconds},
+                             {"threads_seconds", r.many.seconds},
+                             {"speedup", r.one.seconds / r.many.seconds},
+                             {"same_logits", r.one.logits == r.many.logits}});
+    std::cout << out.dump(2) << '\n';
+  } else {
+    Table t({"", "tokens", "1 thread ms", std::to_string(threads) + " threads ms", "speedup", "same logits"});
+    for (const Row& r : rows)
+      t.add_row({r.what, std::to_string(r.tokens), format_fixed(r.one.seconds * 1e3, 2),
+                 format_fixed(r.many.seconds * 1e3, 2), format_fixed(r.one.seconds / r.many.seconds, 2) + "x",
+                 r.one.logits == r.many.logits ? "yes" : "NO"});
+    t.print(std::cout);
+  }
+  for (const Row& r : rows)
+    if (r.one.logits != r.many.logits) {
+      std::cerr << "hiq bench cpu: error: " << r.what << " logits differ between 1 and " << threads << " threads\n";
+      return 1;
+    }
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_bench_cpu_command(CLI::App& bench) {
+  auto f = std::make_shared<CpuBenchFlags>();
+  CLI::App* app = bench.add_subcommand("cpu", "CPU forward pass: N threads against one, prefill and a decode step");
+  app->add_option("--model", f->model, "Model directory (config.json and *.safetensors)")->capture_default_str();
+  app->add_option("--threads", f->threads, "Threads to compare with one (0: every hardware thread)")
+      ->capture_default_str();
+  app->add_option("--prefill", f->prefill, "Prompt tokens of the prefill row")->capture_default_str();
+  app->add_option("--decode-context", f->decode_context, "Context tokens of the decode step")->capture_default_str();
+  app->add_option("--seconds", f->seconds, "Repeat each measurement about this long")->capture_default_str();
+  app->add_flag("--json", f->json, "Print JSON");
+  return [f, app] { return app->parsed() ? run_cpu_bench(*f) : -1; };
+}
+
+}  // namespace hiq::cli

@@ -27,7 +27,9 @@ TEST(ParallelFor, EveryIndexOnceForAnyThreadCountAndGrain) {
           for (int64_t i = first; i < last; ++i) ++seen[static_cast<size_t>(i)];
         });
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)].load(), 1) << i;
-        if (n <= grain) EXPECT_EQ(calls.load(), n > 0 ? 1 : 0);
+        if (n <= grain) {
+          EXPECT_EQ(calls.load(), n > 0 ? 1 : 0);
+        }
       }
     }
   }

@@ -243,8 +243,11 @@ TEST(Scheduler, LongestPrefixMatchBoundsHowOftenARequestIsOvertaken) {
     const auto admitted = [&](uint64_t id) {
       return std::find_if(done.begin(), done.end(), [&](auto& r) { return r.request.id == id; })->admitted;
     };
-    if (bound == 1) EXPECT_LE(admitted(2), admitted(4));
-    else EXPECT_LT(admitted(4), admitted(2));
+    if (bound == 1) {
+      EXPECT_LE(admitted(2), admitted(4));
+    } else {
+      EXPECT_LT(admitted(4), admitted(2));
+    }
   }
 }
 

@@ -86,6 +86,26 @@ else
   pass "hiq bench serve --port 9 without stack flags tries the server: $(head -c 200 "$TMP/err")"
 fi
 
+# `hiq bench cpu`: 2 threads against one on the committed small model, in the
+# same run; the logits must be the same bits (the command fails otherwise).
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$HIQ" bench cpu --model "$root/models/hiq-tiny-python" --threads 2 --prefill 64 --decode-context 64 --seconds 0.01 \
+  --json >"$TMP/cpu.json" 2>"$TMP/err" || fail "hiq bench cpu exited non-zero: $(cat "$TMP/err")"
+python3 - "$TMP/cpu.json" <<'PY' || fail "hiq bench cpu report: $(cat "$TMP/cpu.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["threads"] == 2, r
+assert [row["what"] for row in r["rows"]] == ["prefill", "decode step"], r
+for row in r["rows"]:
+    assert row["same_logits"] is True and row["one_thread_seconds"] > 0 and row["threads_seconds"] > 0, row
+    assert abs(row["speedup"] - row["one_thread_seconds"] / row["threads_seconds"]) < 1e-9, row
+PY
+pass "hiq bench cpu --threads 2: same logits, speedup reported"
+rc=0
+"$HIQ" bench cpu --model "$root/models/hiq-tiny-python" --threads -1 >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 1 ]] && grep -q -- "--threads must be positive" "$TMP/err" || fail "hiq bench cpu --threads -1: rc $rc, $(cat "$TMP/err")"
+pass "hiq bench cpu --threads -1 is refused by name"
+
 rc=0
 "$HIQ" bench >"$TMP/out" 2>"$TMP/err" || rc=$?
 [[ $rc -ne 0 ]] || fail "hiq bench without a benchmark name succeeded"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -55,12 +56,14 @@ class Pool {
     Job job;
     job.fn = &fn;
     job.n = n;
-    const int threads = threads_.load();
-    job.chunk = std::max(grain, (n + threads - 1) / threads);
+    // A few ranges a thread, taken in turn: a thread that is slowed down (a
+    // busy core) leaves its share to the others.
+    const int64_t ranges = int64_t{threads_.load()} * 4;
+    job.chunk = std::max(grain, (n + ranges - 1) / ranges);
     {
       std::lock_guard lock(mutex_);
       job_ = &job;
-      ++generation_;
+      generation_.fetch_add(1);
     }
     wake_.notify_all();
     job.run();
@@ -91,13 +94,18 @@ class Pool {
   }
 
   void work() {
-    uint64_t seen = 0;
     std::unique_lock lock(mutex_);
-    seen = generation_;
+    uint64_t seen = generation_.load();
     while (true) {
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      // Loops come in bursts (a forward pass runs dozens): look for the next
+      // one for a while before sleeping, which costs a wake-up per loop.
+      lock.unlock();
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      while (generation_.load() == seen && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      lock.lock();
+      wake_.wait(lock, [&] { return stopping_ || generation_.load() != seen; });
       if (stopping_) return;
-      seen = generation_;
+      seen = generation_.load();
       Job* job = job_;
       if (job == nullptr) continue;  // woke after that loop had ended
       ++busy_;
@@ -114,7 +122,8 @@ class Pool {
   std::condition_variable wake_, idle_;
   std::vector<std::thread> workers_;
   Job* job_ = nullptr;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};  // written under mutex_; read without it while spinning
+  static constexpr std::chrono::microseconds kSpin{200};
   int busy_ = 0;
   bool stopping_ = false;
 };

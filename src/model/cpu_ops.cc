@@ -58,7 +58,9 @@ void widen_row(const MatrixView& w, int64_t row, float* out) {
 
 // Multiply-adds a thread's share of a loop should have at least, so that
 // waking a worker costs little beside it.
-constexpr int64_t kParallelWork = int64_t{1} << 16;
+constexpr int64_t kParallelWork = int64_t{1} << 18;
+// Elements a thread's share of an elementwise loop should have at least.
+constexpr int64_t kParallelElements = int64_t{1} << 15;
 
 }  // namespace
 
@@ -95,25 +97,29 @@ void matmul(const float* x, int64_t m, const MatrixView& w, const VectorView& bi
 void rms_norm(const float* x, int64_t m, int64_t n, const VectorView& weight, float eps, float* y,
               bool bf16_normalized) {
   HIQ_CHECK(weight.data != nullptr && weight.size == n);
-  for (int64_t t = 0; t < m; ++t) {
-    const float* xt = x + t * n;
-    float* yt = y + t * n;
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xt[i]) * xt[i];
-    const float inv = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
-    for (int64_t i = 0; i < n; ++i) {
-      float normalized = xt[i] * inv;
-      if (bf16_normalized) normalized = numeric::bf16_to_float(numeric::float_to_bf16(normalized));
-      yt[i] = normalized * load(weight.type, weight.data, i);
+  parallel_for(m, kParallelElements / n + 1, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) {
+      const float* xt = x + t * n;
+      float* yt = y + t * n;
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xt[i]) * xt[i];
+      const float inv = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
+      for (int64_t i = 0; i < n; ++i) {
+        float normalized = xt[i] * inv;
+        if (bf16_normalized) normalized = numeric::bf16_to_float(numeric::float_to_bf16(normalized));
+        yt[i] = normalized * load(weight.type, weight.data, i);
+      }
     }
-  }
+  });
 }
 
 void silu_mul(const float* gate, const float* up, size_t n, float* out) {
-  for (size_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  parallel_for(static_cast<int64_t>(n), kParallelElements, [&](int64_t first, int64_t last) {
+    for (auto i = static_cast<size_t>(first); i < static_cast<size_t>(last); ++i) {
+      const float g = gate[i];
+      out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  });
 }
 
 void apply_rope(float* x, int heads, int head_dim, int64_t position, const RopeTable& table) {
@@ -142,7 +148,7 @@ void attention(const float* q, int64_t n_q, const float* k, const float* v, int6
   HIQ_CHECK(n_kv >= first_position + n_q);
   const int group = heads / kv_heads;
   // (query, head) pairs split across threads, each computed whole by one.
-  parallel_for(n_q * heads, kParallelWork / (n_kv * head_dim) + 1, [&](int64_t first, int64_t last) {
+  parallel_for(n_q * heads, 4 * kParallelWork / (n_kv * head_dim) + 1, [&](int64_t first, int64_t last) {
     std::vector<float> scores(static_cast<size_t>(n_kv));
     for (int64_t pair = first; pair < last; ++pair) {
       const int64_t t = pair / heads;
@@ -175,7 +181,10 @@ void attention(const float* q, int64_t n_q, const float* k, const float* v, int6
 }
 
 void round_to_bf16(float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] = numeric::bf16_to_float(numeric::float_to_bf16(x[i]));
+  parallel_for(static_cast<int64_t>(n), kParallelElements, [&](int64_t first, int64_t last) {
+    for (auto i = static_cast<size_t>(first); i < static_cast<size_t>(last); ++i)
+      x[i] = numeric::bf16_to_float(numeric::float_to_bf16(x[i]));
+  });
 }
 
 }  // namespace hiq::cpu

@@ -175,31 +175,49 @@ TEST(Scheduler, DecodeEvictsCachedKvForItsSlots) {
   EXPECT_EQ(h.cache->cached_prefix(x.prompt).host, 30u);
 }
 
+// The prefix P (32 tokens) that the LPM cases share.
+std::vector<TokenId> shared_prefix() {
+  std::vector<TokenId> prefix(32);
+  std::iota(prefix.begin(), prefix.end(), 500);
+  return prefix;
+}
+
 // A prompt sharing a running request's prefix (P + 8 tokens).
-Request sharing(uint64_t id, const std::vector<TokenId>& prefix, TokenId first) {
+Request sharing(uint64_t id, TokenId first) {
+  const std::vector<TokenId> prefix = shared_prefix();
   Request r = SchedulerHarness::request(id, first, 8, 2);
   r.prompt.insert(r.prompt.begin(), prefix.begin(), prefix.end());
   return r;
+}
+
+// The LPM cases' start, in an L1 of 100: A (P + 8, 20 outputs) is prefilled
+// and holds 59 slots.
+void run_a_sharing_prefix(SchedulerHarness& h) {
+  Request a = sharing(1, 1000);
+  a.max_new_tokens = 20;
+  h.scheduler->submit(a, 0);
+  h.step();
+}
+
+// Then B (45 tokens, nothing cached) needs 46 of the 41 slots left, and C
+// (P + 8) needs 9; both arrive, B first, and one step runs.
+void submit_b_then_c(SchedulerHarness& h) {
+  h.scheduler->submit(SchedulerHarness::request(2, 2000, 45, 2), 0);
+  h.scheduler->submit(sharing(3, 3000), 0);
+  h.step();
 }
 
 // L1 of 100: A (prefix P of 32 + 8, 20 outputs) holds 59 slots. B (45
 // tokens, nothing cached) needs 46 of the 41 left and waits; C, sharing P
 // with A, needs 9. FCFS keeps C behind B; LPM admits C beside A.
 TEST(Scheduler, LongestPrefixMatchAdmitsTheRequestThatSharesARunningPrefix) {
-  std::vector<TokenId> prefix(32);
-  std::iota(prefix.begin(), prefix.end(), 500);
   for (SchedulePolicy policy : {SchedulePolicy::kFcfs, SchedulePolicy::kLpm}) {
     SCOPED_TRACE(std::string(schedule_policy_name(policy)));
     SchedulerOptions o = exact_outputs();
     o.policy = policy;
     SchedulerHarness h(100, /*host_tier=*/false, o);
-    Request a = sharing(1, prefix, 1000);
-    a.max_new_tokens = 20;
-    h.scheduler->submit(a, 0);
-    h.step();
-    h.scheduler->submit(SchedulerHarness::request(2, 2000, 45, 2), 0);
-    h.scheduler->submit(sharing(3, prefix, 3000), 0);
-    h.step();
+    run_a_sharing_prefix(h);
+    submit_b_then_c(h);
     EXPECT_EQ(h.scheduler->running(), policy == SchedulePolicy::kLpm ? 2u : 1u);
     const std::vector<RequestResult> done = h.run_to_end();
     ASSERT_EQ(done.size(), 3u);
@@ -218,23 +236,16 @@ TEST(Scheduler, LongestPrefixMatchAdmitsTheRequestThatSharesARunningPrefix) {
 // with max_overtakes 1 it now goes first and, not fitting, holds D back too;
 // with the default bound D overtakes it as C did.
 TEST(Scheduler, LongestPrefixMatchBoundsHowOftenARequestIsOvertaken) {
-  std::vector<TokenId> prefix(32);
-  std::iota(prefix.begin(), prefix.end(), 500);
   for (size_t bound : {size_t{1}, SchedulerOptions{}.max_overtakes}) {
     SCOPED_TRACE("max_overtakes " + std::to_string(bound));
     SchedulerOptions o = exact_outputs();
     o.policy = SchedulePolicy::kLpm;
     o.max_overtakes = bound;
     SchedulerHarness h(100, /*host_tier=*/false, o);
-    Request a = sharing(1, prefix, 1000);
-    a.max_new_tokens = 20;
-    h.scheduler->submit(a, 0);
-    h.step();
-    h.scheduler->submit(SchedulerHarness::request(2, 2000, 45, 2), 0);
-    h.scheduler->submit(sharing(3, prefix, 3000), 0);
-    h.step();
+    run_a_sharing_prefix(h);
+    submit_b_then_c(h);
     ASSERT_EQ(h.scheduler->running(), 2u);
-    h.scheduler->submit(sharing(4, prefix, 4000), 0);
+    h.scheduler->submit(sharing(4, 4000), 0);
     h.step();
     EXPECT_EQ(h.scheduler->running(), bound == 1 ? 2u : 3u);
     EXPECT_EQ(h.scheduler->waiting(), bound == 1 ? 2u : 1u);
@@ -255,20 +266,15 @@ TEST(Scheduler, LongestPrefixMatchBoundsHowOftenARequestIsOvertaken) {
 // the prompt): behind 127 requests that do not fit, C is matched and
 // overtakes them; behind 128, it is not, and waits its turn.
 TEST(Scheduler, LongestPrefixMatchLooksAtTheOldest128Waiting) {
-  std::vector<TokenId> prefix(32);
-  std::iota(prefix.begin(), prefix.end(), 500);
   for (size_t fillers : {size_t{127}, size_t{128}}) {
     SCOPED_TRACE(std::to_string(fillers) + " waiting ahead");
     SchedulerOptions o = exact_outputs();
     o.policy = SchedulePolicy::kLpm;
     SchedulerHarness h(100, /*host_tier=*/false, o);
-    Request a = sharing(1, prefix, 1000);
-    a.max_new_tokens = 20;
-    h.scheduler->submit(a, 0);
-    h.step();
+    run_a_sharing_prefix(h);
     for (size_t i = 0; i < fillers; ++i)
       h.scheduler->submit(SchedulerHarness::request(10 + i, TokenId(2000 + 100 * i), 45, 2), 0);
-    h.scheduler->submit(sharing(3, prefix, 900), 0);
+    h.scheduler->submit(sharing(3, 900), 0);
     h.step();
     EXPECT_EQ(h.scheduler->running(), fillers < 128 ? 2u : 1u);
   }

@@ -379,6 +379,46 @@ TEST_F(ServingEngineTest, ChunkedPrefillGivesTheSameTokens) {
   EXPECT_EQ(run(8, true), run(0, true));
 }
 
+// Over-commit on the real (CPU) model: requests whose outputs together
+// outgrow L1 are admitted together, decode runs out of slots, and requests
+// are retracted and resume from their cached KV. Each streams exactly the tokens
+// it generates alone, greedy and seeded.
+TEST_F(ServingEngineTest, RetractedRequestsStreamTheTokensTheyGenerateAlone) {
+  auto l1 = model_.pool(100);
+  RadixCache cache(*l1, nullptr, nullptr);
+  CpuModelRunner runner(model_.shape, model_.weights, *l1, nullptr);
+  SchedulerOptions o;
+  o.new_token_ratio = 0.2;  // admission counts a fifth of the outputs to come
+  o.min_new_token_ratio = 0.1;
+  ServingEngine engine(cache, *l1, nullptr, runner, o);
+  std::vector<Request> requests;
+  for (int c = 0; c < 3; ++c) requests.push_back(request(prompt_of(c, c), 60));  // 29 + 59 slots each
+  requests[2].sampling.temperature = 1.0f;
+  requests[2].sampling.seed = 4;
+  std::vector<std::shared_ptr<GenerationStream>> streams;
+  for (const Request& r : requests) {
+    auto stream = engine.submit(r);
+    ASSERT_TRUE(stream.is_ok()) << stream.status().to_string();
+    streams.push_back(std::move(*stream));
+  }
+  std::vector<Read> reads;
+  for (auto& s : streams) reads.push_back(read_all(*s));
+  EXPECT_GT(engine.stats().scheduler.retractions, 0u) << "two requests of 88 slots do not fit in 100";
+  for (int c = 0; c < 2; ++c) {
+    ASSERT_TRUE(reads[c].result.status.is_ok()) << reads[c].result.status.to_string();
+    EXPECT_EQ(reads[c].tokens, model_.generate_alone(prompt_of(c, c), 60)) << "request " << c;
+  }
+  // The seeded one against itself on an L1 large enough never to retract.
+  auto big = model_.pool(512);
+  RadixCache big_cache(*big, nullptr, nullptr);
+  CpuModelRunner big_runner(model_.shape, model_.weights, *big, nullptr);
+  ServingEngine alone(big_cache, *big, nullptr, big_runner);
+  auto stream = alone.submit(requests[2]);
+  ASSERT_TRUE(stream.is_ok());
+  EXPECT_EQ(reads[2].tokens, read_all(**stream).tokens);
+  EXPECT_EQ(alone.stats().scheduler.retractions, 0u);
+}
+
 TEST_F(ServingEngineTest, AFailingModelFailsItsBatchAndTheEngineGoesOn) {
   std::vector<std::string> lines;
   std::mutex lines_mutex;

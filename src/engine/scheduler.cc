@@ -156,7 +156,8 @@ Scheduler::Admission Scheduler::admit(Active& a) {
   const size_t needed = prompt.size() - m.l1_slots.size();
   const auto expected_outputs = static_cast<size_t>(
       std::ceil(new_token_ratio_ * static_cast<double>(clipped(outputs) + committed_outputs_)));
-  if (l1_.allocator().free_count() + cache_.reclaimable_l1_tokens() < needed + expected_outputs) {
+  const size_t free = l1_.allocator().free_count();  // the tree is walked only when the free slots fall short
+  if (free < needed + expected_outputs && free + cache_.reclaimable_l1_tokens() < needed + expected_outputs) {
     a.lock.release();
     return Admission::kWait;
   }
@@ -399,10 +400,7 @@ void Scheduler::retract_one() {
     return x->tokens.size() > y->tokens.size();
   });
   Active& a = **victim;
-  (void)cache_.insert(a.tokens, a.slots);
-  const size_t whole = a.tokens.size() / cache_.page_size() * cache_.page_size();
-  HIQ_CHECK(l1_.allocator().free(std::span(a.slots).subspan(whole)).is_ok());
-  release(a);
+  hand_kv_to_cache(a);
   a.slots.clear();
   a.tokens.push_back(a.result.output.back());  // its next prefill computes this token's KV and samples the next
   a.cached = 0;
@@ -413,16 +411,21 @@ void Scheduler::retract_one() {
   new_token_ratio_ = 1.0;
 }
 
+// The tokens whose KV exists (one per slot: the prompt and every output but
+// the last, or, between chunks of a prefill, the part computed) go into the
+// tree; the slots of a trailing partial page are freed, and what the request
+// held is released.
+void Scheduler::hand_kv_to_cache(Active& a) {
+  (void)cache_.insert(std::span(a.tokens).first(a.slots.size()), a.slots);
+  const size_t whole = a.slots.size() / cache_.page_size() * cache_.page_size();
+  HIQ_CHECK(l1_.allocator().free(std::span(a.slots).subspan(whole)).is_ok());
+  release(a);
+}
+
 void Scheduler::finish(Active& a, FinishReason reason) {
   a.result.finish_reason = reason;
   a.result.finish = runner_.now();
-  // The whole sequence whose KV exists: prompt and every output token but the
-  // last (or, cancelled between chunks of its prefill, the part computed).
-  (void)cache_.insert(std::span(a.tokens).first(a.slots.size()), a.slots);
-  const size_t whole = a.slots.size() / cache_.page_size() * cache_.page_size();
-  const std::span<const SlotId> tail = std::span(a.slots).subspan(whole);
-  HIQ_CHECK(l1_.allocator().free(tail).is_ok());
-  release(a);
+  hand_kv_to_cache(a);
   a.result.request = std::move(a.request);
   finished_.push_back(std::move(a.result));
 }

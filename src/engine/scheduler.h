@@ -58,13 +58,12 @@ struct SchedulerOptions {
   size_t max_overtakes = 64;                      // LPM's bound on how often a request is passed over
   // Output slots are allocated a decode step at a time; admission counts this
   // fraction of the outputs running requests may still generate (most stop
-  // before max_tokens). When decode then runs out of L1, requests are
-  // retracted (back to the queue, their KV into the cache) and the ratio
-  // returns to `new_token_ratio`; each decode step lowers it by
+  // before max_tokens), and each decode step lowers it by
   // (new_token_ratio − min_new_token_ratio) / new_token_ratio_decay_steps.
-  // SGLang's defaults (0.7, 0.098, 600); 1 and 1: never over-commit, never
-  // retract. After a retraction admission counts every output (ratio 1)
-  // until the ratio has decayed again.
+  // When decode then runs out of L1, requests are retracted (back to the
+  // queue, their KV into the cache) and the ratio goes to 1, decaying again
+  // from there. SGLang's defaults (0.7, 0.098, 600); 1 and 1: never
+  // over-commit, never retract.
   double new_token_ratio = 0.7;
   double min_new_token_ratio = 0.098;
   size_t new_token_ratio_decay_steps = 600;
@@ -162,6 +161,7 @@ class Scheduler {
   void place_prefilled(std::vector<std::unique_ptr<Active>>& batch);
   bool busy() const { return !waiting_.empty() || !running_.empty() || chunked_ != nullptr; }
   void emit(Active& a, ForwardResult& result);
+  void hand_kv_to_cache(Active& a);
   Status prefill(std::vector<std::unique_ptr<Active>>& batch);
   Status decode();
   void finish(Active& a, FinishReason reason);

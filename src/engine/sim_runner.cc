@@ -222,7 +222,7 @@ Result<std::vector<ForwardResult>> SimRunner::forward(std::span<const ForwardIte
   ++stats_.forward_calls;
   const KvGeometry& g = l1_.geometry();
   std::vector<ForwardResult> next;
-  size_t new_tokens = 0, restored_bytes = 0, restored_bf16_bytes = 0;
+  size_t new_tokens = 0, restored_tokens = 0;
   bool prefill = false;
   for (const ForwardItem& item : batch) {
     if (item.slots.size() != item.tokens.size() || item.first_new > item.tokens.size())
@@ -232,8 +232,7 @@ Result<std::vector<ForwardResult>> SimRunner::forward(std::span<const ForwardIte
       for (int layer = 0; layer < g.num_layers; ++layer) HIQ_RETURN_IF_ERROR(engine_->wait_layer(*item.load, layer));
       const size_t restored = item.restored_end - item.restored_begin;
       stats_.restored_tokens_read += restored;
-      if (l2_) restored_bytes += restored * l2_->bytes_per_token();
-      restored_bf16_bytes += restored * g.l1_bytes_per_token();
+      restored_tokens += restored;
     }
     // Every cached row attention reads is checked: a prefill compares every
     // row in full; a decode step checks every row of its context too, by its
@@ -259,8 +258,7 @@ Result<std::vector<ForwardResult>> SimRunner::forward(std::span<const ForwardIte
   // Virtual time: compute and restore overlap layer by layer.
   const SimCostModel& cost = options_.cost;
   const double compute = prefill ? static_cast<double>(new_tokens) / cost.prefill_tokens_per_s : cost.decode_step_s;
-  const double restore = static_cast<double>(restored_bytes) / cost.pcie_bytes_per_s +
-                         static_cast<double>(restored_bf16_bytes) / cost.codec_bytes_per_s;
+  const double restore = transfer_seconds(restored_tokens);
   const double layers = static_cast<double>(g.num_layers);
   clock_ += std::max(compute, restore) + std::min(compute, restore) / layers;
   stats_.compute_seconds += compute;
@@ -268,11 +266,15 @@ Result<std::vector<ForwardResult>> SimRunner::forward(std::span<const ForwardIte
   return next;
 }
 
-void SimRunner::waited_for_transfers(size_t tokens) {
+double SimRunner::transfer_seconds(size_t tokens) const {
   const SimCostModel& cost = options_.cost;
   const double bytes = static_cast<double>(tokens * (l2_ ? l2_->bytes_per_token() : 0));
   const double bf16_bytes = static_cast<double>(tokens * l1_.geometry().l1_bytes_per_token());
-  const double seconds = bytes / cost.pcie_bytes_per_s + bf16_bytes / cost.codec_bytes_per_s;
+  return bytes / cost.pcie_bytes_per_s + bf16_bytes / cost.codec_bytes_per_s;
+}
+
+void SimRunner::waited_for_transfers(size_t tokens) {
+  const double seconds = transfer_seconds(tokens);
   clock_ += seconds;
   stats_.transfer_wait_seconds += seconds;
 }

@@ -107,6 +107,9 @@ class SimRunner final : public ModelRunner {
 
  private:
   static constexpr int kPatterns = 64;  // rows per (layer, part) pool
+  // A transfer of `tokens` between the tiers: its encoded bytes over PCIe plus
+  // the codec's BF16 bytes (restores and backups alike).
+  double transfer_seconds(size_t tokens) const;
   // Rows moved per read_rows/write_rows call, at most: large enough to make a
   // device call's synchronisation cheap per row, small enough that a host
   // pool's copy is still in the CPU's caches when it is compared (256 KiB to

@@ -2,12 +2,13 @@
 // thread, in the same run — a prefill and a decode step, each timed on both,
 // and their logits compared (the split must not change a bit).
 #include <algorithm>
-#include <chrono>
+#include <functional>
 #include <iostream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "core/median_time.h"
 #include "core/parallel.h"
 #include "model/cpu_forward.h"
 #include "model/loaded_model.h"
@@ -27,23 +28,16 @@ struct CpuBenchFlags {
 };
 
 struct Timing {
-  double seconds = 0;          // median of the repeats
+  double seconds = 0;          // median of the repeats (core/median_time.h)
   std::vector<float> logits;   // of the last repeat
 };
 
-// Runs `forward` at least 3 times and for about `seconds`; the median time.
 Result<Timing> time_forward(const std::function<Result<std::vector<float>>()>& forward, double seconds) {
-  std::vector<double> times;
   Timing t;
-  const auto start = std::chrono::steady_clock::now();
-  while (times.size() < 3 ||
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
-    const auto a = std::chrono::steady_clock::now();
-    HIQ_ASSIGN_OR_RETURN(t.logits, forward());
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-  t.seconds = times[times.size() / 2];
+  HIQ_ASSIGN_OR_RETURN(t.seconds, median_seconds(seconds, [&]() -> Status {
+                         HIQ_ASSIGN_OR_RETURN(t.logits, forward());
+                         return Status::ok();
+                       }));
   return t;
 }
 

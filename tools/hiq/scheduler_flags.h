@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/scheduler.h"
+#include "tools/hiq/flag_errors.h"
 
 namespace hiq::cli {
 
@@ -27,7 +28,7 @@ inline Status apply_scheduler_flags(const SchedulerFlags& f, SchedulerOptions& o
   if (f.max_running_requests <= 0) return invalid_argument("--max-running-requests must be positive");
   options.max_running_requests = static_cast<size_t>(f.max_running_requests);
   auto policy = parse_schedule_policy(f.schedule_policy);
-  if (!policy) return invalid_argument("--schedule-policy '" + f.schedule_policy + "' is not one of fcfs, lpm");
+  HIQ_RETURN_IF_ERROR(with_flag_names(policy.status(), {{"schedule_policy", "--schedule-policy"}}));
   options.policy = *policy;
   if (f.max_overtakes < 0) return invalid_argument("--schedule-max-overtakes must not be negative");
   options.max_overtakes = static_cast<size_t>(f.max_overtakes);

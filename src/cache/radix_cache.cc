@@ -125,6 +125,20 @@ size_t common_prefix(std::span<const TokenId> a, std::span<const TokenId> b) {
   return i;
 }
 
+// Calls fn(node) for every node below `root`, parents before their children.
+// fn must not change the tree.
+template <typename Node, typename Fn>
+void for_each_below(Node* root, Fn fn) {
+  std::vector<Node*> stack;
+  for (auto& [_, child] : root->children) stack.push_back(child.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    fn(n);
+    for (auto& [_, child] : n->children) stack.push_back(child.get());
+  }
+}
+
 std::vector<TokenId> first_page(std::span<const TokenId> tokens, size_t page) {
   return {tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(page)};
 }
@@ -350,13 +364,9 @@ size_t RadixCache::reclaimable_l1_tokens() const {
   // A node nothing locks has no locked descendant either (lock_ref counts
   // them), so its whole subtree can go, leaves first, once its transfers settle.
   size_t tokens = 0;
-  std::vector<const RadixNode*> stack = {root_.get()};
-  while (!stack.empty()) {
-    const RadixNode* n = stack.back();
-    stack.pop_back();
-    if (n != root_.get() && n->lock_ref == 0) tokens += n->l1.size();
-    for (auto& [_, child] : n->children) stack.push_back(child.get());
-  }
+  for_each_below(static_cast<const RadixNode*>(root_.get()), [&](const RadixNode* n) {
+    if (n->lock_ref == 0) tokens += n->l1.size();
+  });
   return tokens;
 }
 
@@ -368,13 +378,9 @@ size_t RadixCache::evict_l1(size_t tokens) {
     // unlocked nodes — usually the short backups of just-finished requests —
     // rather than fail an admission that fits once they settle.
     std::vector<RadixNode*> pinned;
-    std::vector<RadixNode*> stack = {root_.get()};
-    while (!stack.empty()) {
-      RadixNode* n = stack.back();
-      stack.pop_back();
-      if (n != root_.get() && n->lock_ref == 0 && n->transfer != NodeTransfer::kNone) pinned.push_back(n);
-      for (auto& [_, child] : n->children) stack.push_back(child.get());
-    }
+    for_each_below(root_.get(), [&](RadixNode* n) {
+      if (n->lock_ref == 0 && n->transfer != NodeTransfer::kNone) pinned.push_back(n);
+    });
     if (pinned.empty()) break;
     for (RadixNode* n : pinned) {
       if (n->transfer == NodeTransfer::kNone) continue;  // settled with an earlier node's transfer
@@ -400,13 +406,9 @@ size_t RadixCache::evict_l1_settled(size_t tokens) {
     std::get<2>(e) = n;
     heap.push(e);
   };
-  std::vector<RadixNode*> stack = {root_.get()};
-  while (!stack.empty()) {
-    RadixNode* n = stack.back();
-    stack.pop_back();
+  for_each_below(root_.get(), [&](RadixNode* n) {
     if (l1_evictable(n)) push(n);
-    for (auto& [_, child] : n->children) stack.push_back(child.get());
-  }
+  });
   size_t freed = 0;
   while (freed < tokens && !heap.empty()) {
     RadixNode* victim = std::get<2>(heap.top());
@@ -448,13 +450,9 @@ size_t RadixCache::evict_l2(size_t tokens) {
   const auto evictable = [&](const RadixNode* n) {
     return n != root_.get() && n->host_only() && n->children.empty() && n->lock_ref == 0;
   };
-  std::vector<RadixNode*> stack = {root_.get()};
-  while (!stack.empty()) {
-    RadixNode* n = stack.back();
-    stack.pop_back();
+  for_each_below(root_.get(), [&](RadixNode* n) {
     if (evictable(n)) heap.push({n->last_access, n});
-    for (auto& [_, child] : n->children) stack.push_back(child.get());
-  }
+  });
   size_t freed = 0;
   while (freed < tokens && !heap.empty()) {
     RadixNode* victim = heap.top().second;

@@ -3,6 +3,7 @@
 //   hiq bench transfer   the CUDA transfer engine against cudaMemcpyAsync, the
 //                        staged design, and the codec kernels against a D2D copy
 //   hiq bench model      the CUDA forward pass (bench_model_command.cc)
+//   hiq bench attention  the CUDA attention kernels alone (bench_attention_command.cc)
 //   hiq bench cpu        the CPU forward pass, N threads against one (bench_cpu_command.cc)
 //   hiq bench serve      the load generator against a server (bench_serve_command.cc)
 #include <unistd.h>
@@ -184,11 +185,13 @@ Subcommand add_bench_command(CLI::App& parent) {
   transfer->add_flag("--no-staged", f->no_staged, "Skip the staged-design comparison");
   transfer->add_flag("--json", f->json, "Print JSON");
   const std::function<int()> run_model = add_bench_model_command(*app);
+  const std::function<int()> run_attention = add_bench_attention_command(*app);
   const std::function<int()> run_cpu = add_bench_cpu_command(*app);
   const std::function<int()> run_serve = add_bench_serve_command(*app);
-  return {app, [f, transfer, run_model, run_cpu, run_serve] {
+  return {app, [f, transfer, run_model, run_attention, run_cpu, run_serve] {
             if (transfer->parsed()) return run_transfer(*f);
             if (const int model = run_model(); model != -1) return model;
+            if (const int attention = run_attention(); attention != -1) return attention;
             if (const int cpu = run_cpu(); cpu != -1) return cpu;
             return run_serve();
           }};

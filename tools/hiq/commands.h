@@ -22,6 +22,8 @@ Subcommand add_sim_command(CLI::App& parent);
 Subcommand add_bench_command(CLI::App& parent);
 // `hiq bench model`, added under `bench`; the returned function runs it when parsed.
 std::function<int()> add_bench_model_command(CLI::App& bench);
+// `hiq bench attention`, likewise.
+std::function<int()> add_bench_attention_command(CLI::App& bench);
 // `hiq bench cpu`, likewise.
 std::function<int()> add_bench_cpu_command(CLI::App& bench);
 // `hiq bench serve`, likewise (a stub without cpp-httplib).

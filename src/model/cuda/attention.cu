@@ -340,7 +340,33 @@ bool attention_head_dim_supported(int head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
+namespace {
+
+// Compute capability 9.0 (the sm_90a code of attention_sm90.cu runs on it and nowhere else).
+bool current_device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+}
+
+}  // namespace
+
+AttentionKernel attention_kernel_for(const AttentionArgs& a, int multiprocessors) {
+  constexpr int kSm90Rows = 128;  // rows of one kSm90 block
+  if (a.heads <= 0 || a.kv_heads <= 0 || a.heads % a.kv_heads != 0 || a.head_dim != 128)
+    return AttentionKernel::kPortable;
+  const long row_tiles = (static_cast<long>(a.max_q_len) * (a.heads / a.kv_heads) + kSm90Rows - 1) / kSm90Rows;
+  // Its blocks must fill the GPU on their own: it cannot split the context.
+  if (row_tiles * a.num_sequences * a.kv_heads < multiprocessors) return AttentionKernel::kPortable;
+  static const bool sm90 = current_device_is_sm90();
+  return sm90 ? AttentionKernel::kSm90 : AttentionKernel::kPortable;
+}
+
 int attention_splits(const AttentionArgs& a, int multiprocessors) {
+  if (a.kernel == AttentionKernel::kSm90) return 1;
   const int rows = rows_per_block(a);
   const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + rows - 1) / rows;
   const long blocks = static_cast<long>(row_tiles) * a.num_sequences * a.kv_heads;
@@ -360,6 +386,7 @@ Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.heads <= 0 || a.kv_heads <= 0 || a.heads % a.kv_heads != 0)
     return invalid_argument("attention: heads must be a positive multiple of kv_heads");
   if (a.splits > 1 && a.workspace == nullptr) return invalid_argument("attention: split contexts need a workspace");
+  if (a.kernel == AttentionKernel::kSm90) return launch_attention_sm90(a, stream);
   switch (a.head_dim) {
     case 16: return launch<16>(a, stream);
     case 32: return launch<32>(a, stream);

@@ -14,6 +14,11 @@
 // Long contexts with few rows (decode) are also split along the context
 // (flash-decoding): each split writes a partial result (running max, sum and
 // unnormalised output) and a second kernel combines them.
+//
+// Two kernels compute this: a portable one (attention.cu: mma.sync, any head
+// dim, context splits) and, on Hopper, one on the warpgroup instructions
+// (attention_sm90.cu: head_dim 128, no splits) for batches whose rows fill
+// the GPU — prefill. attention_kernel_for() chooses.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,6 +38,11 @@ struct alignas(16) AttentionSequence {
   int32_t slot_start;  // its first entry in the slot table
 };
 
+enum class AttentionKernel {
+  kPortable,  // attention.cu: every GPU, every supported head dim, context splits
+  kSm90,      // attention_sm90.cu: compute capability 9.0, head_dim 128, one split
+};
+
 struct AttentionArgs {
   const __nv_bfloat16* q = nullptr;  // [token][q_token_stride]; head h at h · head_dim
   int64_t q_token_stride = 0;
@@ -49,18 +59,30 @@ struct AttentionArgs {
   float scale = 0;     // softmax scale, 1/sqrt(head_dim)
   float* workspace = nullptr;   // attention_workspace_floats(...) floats, for split contexts
   int splits = 1;               // from attention_splits()
+  AttentionKernel kernel = AttentionKernel::kPortable;  // from attention_kernel_for()
 };
 
 // The head dims the kernel is built for.
 bool attention_head_dim_supported(int head_dim);
 
+// The kernel for a batch on the current device with `multiprocessors` SMs:
+// kSm90 when the device is compute capability 9.0, head_dim is 128 and the
+// batch has enough rows to give every SM a block without splitting the
+// context (a prefill); kPortable otherwise.
+AttentionKernel attention_kernel_for(const AttentionArgs& args, int multiprocessors);
+
 // How many context splits to use for a batch on `multiprocessors` SMs: more
-// when the batch alone cannot fill the GPU.
+// when the batch alone cannot fill the GPU; always 1 for the kSm90 kernel.
 int attention_splits(const AttentionArgs& args, int multiprocessors);
 // Floats of workspace a call with `splits` needs (0 when splits == 1).
 size_t attention_workspace_floats(int splits, int num_tokens, int heads, int head_dim);
 
-// Launches the attention (and, for splits > 1, the combine) on `stream`.
+// Launches the attention (and, for splits > 1, the combine) on `stream`, with
+// args.kernel (an error if that kernel cannot run these args here).
 Status launch_attention(const AttentionArgs& args, cudaStream_t stream);
+
+// The kSm90 kernel alone (attention_sm90.cu).
+bool attention_sm90_supports(const AttentionArgs& args);
+Status launch_attention_sm90(const AttentionArgs& args, cudaStream_t stream);
 
 }  // namespace hiq::cuda

@@ -325,6 +325,7 @@ Status CudaModelImpl::run(DeviceKvPool& l1, std::span<const ModelSequence> batch
   attention.kv_heads = s.num_kv_heads;
   attention.head_dim = s.head_dim;
   attention.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
+  attention.kernel = cuda::attention_kernel_for(attention, multiprocessors_);
   attention.splits = cuda::attention_splits(attention, multiprocessors_);
 
   HIQ_RETURN_IF_ERROR(inputs_.reserve(layout.bytes, "forward inputs"));

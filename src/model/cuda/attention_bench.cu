@@ -1,0 +1,163 @@
+// `hiq bench attention` (model/attention_bench.h): each attention kernel on
+// the same random Q, K and V, timed with CUDA events around the launch alone.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "cuda/buffers.h"
+#include "cuda/check.cuh"
+#include "cuda/device.h"
+#include "model/attention_bench.h"
+#include "model/cuda/attention.h"
+
+namespace hiq {
+namespace {
+
+using cuda::AttentionArgs;
+using cuda::AttentionKernel;
+
+Result<cuda::DeviceMemory> upload_random_bf16(size_t n, uint32_t seed, const char* what) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<__nv_bfloat16> host(n);
+  for (auto& x : host) x = __float2bfloat16_rn(normal(rng));
+  HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory memory, cuda::device_alloc(n * sizeof(__nv_bfloat16), what));
+  HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(memory.get(), host.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+  return Result<cuda::DeviceMemory>(std::move(memory));
+}
+
+Result<std::vector<float>> download_bf16(const void* device, size_t n) {
+  std::vector<__nv_bfloat16> host(n);
+  HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), device, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(host[i]);
+  return out;
+}
+
+// Median seconds of one launch, by CUDA events, after a warm-up.
+Result<double> median_launch_seconds(const AttentionArgs& args, double budget, cudaStream_t stream) {
+  HIQ_RETURN_IF_ERROR(cuda::launch_attention(args, stream));
+  HIQ_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  HIQ_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  HIQ_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+  std::vector<double> times;
+  double spent = 0;
+  Status status;
+  while (status.is_ok() && (times.size() < 5 || (times.size() < 200 && spent < budget))) {
+    status = cuda::cuda_status(cudaEventRecord(start, stream), "cudaEventRecord");
+    if (status.is_ok()) status = cuda::launch_attention(args, stream);
+    if (status.is_ok()) status = cuda::cuda_status(cudaEventRecord(stop, stream), "cudaEventRecord");
+    if (status.is_ok()) status = cuda::cuda_status(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    if (status.is_ok()) status = cuda::cuda_status(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    times.push_back(ms * 1e-3);
+    spent += ms * 1e-3;
+  }
+  (void)cudaEventDestroy(start);
+  (void)cudaEventDestroy(stop);
+  HIQ_RETURN_IF_ERROR(status);
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+  return times[times.size() / 2];
+}
+
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
+    norm += double{b[i]} * b[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+}  // namespace
+
+Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
+                                                 const std::function<void(size_t, size_t)>& progress) {
+  if (o.heads <= 0 || o.kv_heads <= 0 || o.heads % o.kv_heads != 0)
+    return invalid_argument("bench attention: heads must be a positive multiple of kv_heads");
+  if (!cuda::attention_head_dim_supported(o.head_dim))
+    return invalid_argument("bench attention: head_dim " + std::to_string(o.head_dim) + " has no kernel");
+  if (o.prefix < 0) return invalid_argument("bench attention: the prefix cannot be negative");
+  HIQ_ASSIGN_OR_RETURN(const std::vector<cuda::GpuInfo> gpus, cuda::query_gpus());
+  AttentionBenchReport report;
+  report.gpu = gpus.front().name;
+  int device = 0, multiprocessors = 0;
+  HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  HIQ_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  HIQ_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::make_stream());
+
+  size_t done = 0;
+  for (int tokens : o.tokens) {
+    const int context = o.prefix + tokens;
+    const size_t q_row = static_cast<size_t>(o.heads) * o.head_dim, kv_row = static_cast<size_t>(o.kv_heads) * o.head_dim;
+    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory q, upload_random_bf16(static_cast<size_t>(tokens) * q_row, 1, "q"));
+    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory k, upload_random_bf16(static_cast<size_t>(context) * kv_row, 2, "k"));
+    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory v, upload_random_bf16(static_cast<size_t>(context) * kv_row, 3, "v"));
+    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory out, cuda::device_alloc(static_cast<size_t>(tokens) * q_row * 2, "out"));
+    // The context's slots, shuffled: L1 gives a sequence whichever slots are free.
+    std::vector<uint32_t> slots(static_cast<size_t>(context));
+    for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<uint32_t>(i);
+    std::shuffle(slots.begin(), slots.end(), std::mt19937(4));
+    const cuda::AttentionSequence sequence{0, tokens, context, 0};
+    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory tables,
+                         cuda::device_alloc(sizeof(sequence) + slots.size() * sizeof(uint32_t), "slot table"));
+    HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(tables.get(), &sequence, sizeof(sequence), cudaMemcpyHostToDevice));
+    auto* slot_table = reinterpret_cast<uint32_t*>(static_cast<std::byte*>(tables.get()) + sizeof(sequence));
+    HIQ_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(slot_table, slots.data(), slots.size() * sizeof(uint32_t), cudaMemcpyHostToDevice));
+
+    AttentionArgs args;
+    args.q = static_cast<const __nv_bfloat16*>(q.get());
+    args.q_token_stride = static_cast<int64_t>(q_row);
+    args.out = static_cast<__nv_bfloat16*>(out.get());
+    args.k_plane = static_cast<const __nv_bfloat16*>(k.get());
+    args.v_plane = static_cast<const __nv_bfloat16*>(v.get());
+    args.slots = slot_table;
+    args.sequences = static_cast<const cuda::AttentionSequence*>(tables.get());
+    args.num_sequences = 1;
+    args.max_q_len = tokens;
+    args.max_kv_len = context;
+    args.num_tokens = tokens;
+    args.heads = o.heads;
+    args.kv_heads = o.kv_heads;
+    args.head_dim = o.head_dim;
+    args.scale = 1.f / std::sqrt(static_cast<float>(o.head_dim));
+
+    AttentionBenchReport::Row row;
+    row.tokens = tokens;
+    row.prefix = o.prefix;
+    const double pairs = static_cast<double>(tokens) * o.prefix + static_cast<double>(tokens) * (tokens + 1) / 2;
+    row.flops = 4.0 * o.head_dim * o.heads * pairs;
+
+    std::vector<float> portable_out;
+    for (AttentionKernel kernel : {AttentionKernel::kPortable, AttentionKernel::kSm90}) {
+      args.kernel = kernel;
+      if (kernel == AttentionKernel::kSm90 &&
+          (!cuda::attention_sm90_supports(args) ||
+           cuda::attention_kernel_for(args, multiprocessors) != AttentionKernel::kSm90))
+        continue;  // not this GPU's, or not this shape's
+      args.splits = cuda::attention_splits(args, multiprocessors);
+      HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory workspace,
+                           cuda::device_alloc(std::max<size_t>(1, cuda::attention_workspace_floats(
+                                                                       args.splits, tokens, o.heads, o.head_dim)) *
+                                                  sizeof(float),
+                                              "attention workspace"));
+      args.workspace = static_cast<float*>(workspace.get());
+      // NaN everywhere first: an element the kernel skipped shows as an error.
+      HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(out.get(), 0xff, static_cast<size_t>(tokens) * q_row * 2));
+      AttentionBenchReport::Kernel k_row;
+      k_row.name = kernel == AttentionKernel::kSm90 ? "sm90" : "portable";
+      HIQ_ASSIGN_OR_RETURN(k_row.seconds, median_launch_seconds(args, o.seconds_per_measurement, stream.get()));
+      HIQ_ASSIGN_OR_RETURN(std::vector<float> result, download_bf16(out.get(), static_cast<size_t>(tokens) * q_row));
+      if (kernel == AttentionKernel::kPortable) portable_out = std::move(result);
+      else k_row.relative_error = relative_error(result, portable_out);
+      row.kernels.push_back(k_row);
+    }
+    report.rows.push_back(std::move(row));
+    if (progress) progress(++done, o.tokens.size());
+  }
+  return report;
+}
+
+}  // namespace hiq

@@ -1,0 +1,321 @@
+// Paged causal GQA attention for prefill on Hopper's warpgroup tensor-core
+// instructions (wgmma, sm_90a), head_dim 128. The same function as the
+// portable kernel in attention.cu, on the rows that fill a block.
+//
+// Design. A block of two warpgroups owns 128 rows of one KV head of one
+// sequence (a row is a (query token, query head) pair, as in attention.cu), so
+// every K/V tile it stages serves all the query heads of the group.
+//   - Q (128 rows × 128) is staged once in shared memory; K and V stream
+//     through it in tiles of 128 context tokens, two stages deep, gathered
+//     from L1 by slot with cp.async (the paged layout rules out the bulk
+//     tensor copy: consecutive tokens are not consecutive rows).
+//   - Shared tiles use the 128-byte swizzle the tensor cores read without
+//     bank conflicts: a tile is two panels of 64 head-dim elements; in a
+//     panel, row r's 16-byte chunk c sits at chunk c ^ (r mod 8).
+//   - Each warpgroup computes S = Q·Kᵀ (64 × 128, FP32 in registers) with
+//     wgmma reading both operands from shared memory, runs the online softmax
+//     on its registers, and accumulates O += P·V with P straight from
+//     registers (the S accumulator layout is the A-fragment layout) and V
+//     from shared memory, transposed by the instruction.
+// Numerics are those of the portable kernel: BF16 operands, FP32 accumulation,
+// exp2 on the scaled scores, P rounded to BF16 before the second product.
+//
+// Built only for sm_90a (its own target in src/CMakeLists.txt); on any other
+// device code path the kernel body is empty and the launcher is never chosen.
+#include <cuda_bf16.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "cuda/check.cuh"
+#include "model/cuda/attention.h"
+
+namespace hiq::cuda {
+namespace {
+
+constexpr int kD = 128;         // head_dim
+constexpr int kRows = 128;      // rows per block: two warpgroups of 64
+constexpr int kTile = 128;      // context tokens per K/V tile
+constexpr int kThreads = 256;
+constexpr int kPanelBytes = 64 * 2;  // one swizzle row: 64 BF16 elements
+constexpr int kQBytes = kRows * kD * 2;
+constexpr int kKvBytes = kTile * kD * 2;  // one K or V tile
+constexpr int kStageBytes = 2 * kKvBytes;
+constexpr int kSmemBytes = kQBytes + 2 * kStageBytes + 1024;  // + room to align the base to 1 KB
+constexpr float kLog2e = 1.4426950408889634f;
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define HIQ_SM90A_DEVICE 1
+#endif
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Byte offset of (row, 16-byte chunk) in a swizzled tile of `rows` rows.
+__device__ __forceinline__ uint32_t swizzled(int rows, int row, int chunk) {
+  return static_cast<uint32_t>((chunk / 8) * rows * kPanelBytes + row * kPanelBytes + (((chunk % 8) ^ (row % 8)) << 4));
+}
+
+__device__ __forceinline__ void copy16_async(uint32_t smem, const void* global, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(global), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// A shared-memory matrix descriptor for a 128-byte-swizzled operand: start
+// address, leading and stride byte offsets (in 16-byte units), swizzle mode 1.
+__device__ __forceinline__ uint64_t descriptor(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
+  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16 |
+         static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32 | uint64_t{1} << 62;
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+#ifdef HIQ_SM90A_DEVICE
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// The 64 FP32 accumulator registers of an m64n128 product, as asm operands.
+#define HIQ_ACC8(d, i) \
+  "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define HIQ_ACC64(d)                                                                                        \
+  HIQ_ACC8(d, 0), HIQ_ACC8(d, 8), HIQ_ACC8(d, 16), HIQ_ACC8(d, 24), HIQ_ACC8(d, 32), HIQ_ACC8(d, 40), \
+      HIQ_ACC8(d, 48), HIQ_ACC8(d, 56)
+#define HIQ_REGS64                                                                                         \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "  \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "  \
+  "%62, %63}"
+
+// d (+)= A·B, m64n128k16, A and B from shared memory, both K-major.
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " HIQ_REGS64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : HIQ_ACC64(d)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// d += A·B, m64n128k16, A from registers, B from shared memory, MN-major.
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " HIQ_REGS64
+      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : HIQ_ACC64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+#undef HIQ_ACC8
+#undef HIQ_ACC64
+#undef HIQ_REGS64
+#endif
+
+// Stages context tokens [kv0, kv0 + kTile) of `kv_head` (K then V) into
+// `stage`; tokens at or past kv_end become zeros (their P is 0, but 0 · NaN
+// from stale slot memory would not be).
+__device__ __forceinline__ void load_kv_tile(uint32_t stage, const AttentionArgs& a, const uint32_t* slots, int kv0,
+                                             int kv_end, int kv_head) {
+  constexpr int kChunks = kD / 8;
+  const int64_t row_stride = static_cast<int64_t>(a.kv_heads) * kD;
+  for (int i = threadIdx.x; i < kTile * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const int token = kv0 + r;
+    const bool valid = token < kv_end;
+    const int64_t offset = (valid ? static_cast<int64_t>(slots[token]) * row_stride : 0) + kv_head * kD + c * 8;
+    const uint32_t at = swizzled(kTile, r, c);
+    copy16_async(stage + at, a.k_plane + offset, valid);
+    copy16_async(stage + kKvBytes + at, a.v_plane + offset, valid);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionArgs a) {
+#ifdef HIQ_SM90A_DEVICE
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // The swizzle is a function of the address bits, so tiles start on 1 KB.
+  const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+  const uint32_t q_tile = base;
+  const uint32_t stages = base + kQBytes;
+
+  const int group = a.heads / a.kv_heads;
+  const int seq_index = blockIdx.y / a.kv_heads, kv_head = blockIdx.y % a.kv_heads;
+  const AttentionSequence seq = a.sequences[seq_index];
+  const int rows = seq.q_len * group;
+  // Longest rows first, as in attention.cu.
+  const int block_row0 = (gridDim.x - 1 - blockIdx.x) * kRows;
+  if (block_row0 >= rows) return;
+  const int warpgroup = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int first_position = seq.kv_len - seq.q_len;
+  const uint32_t* slots = a.slots + seq.slot_start;
+  const int last_row = min(block_row0 + kRows, rows) - 1;
+  const int kv_end = min(seq.kv_len, first_position + last_row / group + 1);
+  // A tile that ends at or before the block's first row position, inside the
+  // context, needs no mask.
+  const int block_first_position = first_position + block_row0 / group;
+
+  // Q: the block's rows, gathered from the QKV buffer; rows past the end are zeros.
+  for (int i = threadIdx.x; i < kRows * (kD / 8); i += kThreads) {
+    const int r = i / (kD / 8), c = i % (kD / 8);
+    const int row = block_row0 + r;
+    const bool valid = row < rows;
+    const __nv_bfloat16* src = a.q + (valid ? static_cast<int64_t>(seq.q_start + row / group) * a.q_token_stride +
+                                                  (kv_head * group + row % group) * kD
+                                            : 0) +
+                               c * 8;
+    copy16_async(q_tile + swizzled(kRows, r, c), src, valid);
+  }
+
+  // This thread's two rows of the accumulators: lane/4 and lane/4 + 8 of its warp's 16.
+  int row_position[2];
+  for (int h = 0; h < 2; ++h) {
+    const int row = block_row0 + warpgroup * 64 + warp * 16 + lane / 4 + 8 * h;
+    row_position[h] = row < rows ? first_position + row / group : -1;
+  }
+
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.f, 0.f};
+  const float scale_log2 = a.scale * kLog2e;
+
+  const int tiles = (kv_end + kTile - 1) / kTile;
+  load_kv_tile(stages, a, slots, 0, kv_end, kv_head);
+  async_commit();  // Q and the first tile
+  for (int t = 0; t < tiles; ++t) {
+    const int kv0 = t * kTile;
+    if (t + 1 < tiles) {
+      load_kv_tile(stages + ((t + 1) % 2) * kStageBytes, a, slots, kv0 + kTile, kv_end, kv_head);
+      async_commit();
+      async_wait<1>();
+    } else {
+      async_wait<0>();
+    }
+    // cp.async wrote through the generic proxy; the tensor cores read through the async one.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const uint32_t k_tile = stages + (t % 2) * kStageBytes;
+    const uint32_t v_tile = k_tile + kKvBytes;
+
+    // S = Q·Kᵀ over head_dim in steps of 16: 32 bytes into a panel, then the next panel.
+    float s[64];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t in_panel = (kk % 4) * 32;
+      const uint64_t qa = descriptor(q_tile + (kk / 4) * kRows * kPanelBytes + warpgroup * 64 * kPanelBytes + in_panel,
+                                     16, 1024);
+      const uint64_t kb = descriptor(k_tile + (kk / 4) * kTile * kPanelBytes + in_panel, 16, 1024);
+      wgmma_ss(s, qa, kb, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+
+    // Mask (only tiles that reach the diagonal or the context's end), online softmax.
+    const bool unmasked = kv0 + kTile <= kv_end && kv0 + kTile - 1 <= block_first_position;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int token = kv0 + j * 8 + (lane % 4) * 2 + e % 2;
+        const bool visible = unmasked || (token < kv_end && token <= row_position[h]);
+        s[j * 4 + e] = visible ? s[j * 4 + e] * scale_log2 : -INFINITY;
+        tile_max[h] = fmaxf(tile_max[h], s[j * 4 + e]);
+      }
+    float correction[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      const float new_max = fmaxf(row_max[h], tile_max[h]);
+      // A row that has seen nothing keeps max −inf: subtract 0, so exp2 gives 0, never NaN.
+      const float shift = new_max == -INFINITY ? 0.f : new_max;
+      correction[h] = fast_exp2(row_max[h] - shift);
+      row_max[h] = new_max;
+      row_sum[h] *= correction[h];
+#pragma unroll
+      for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[j * 4 + e] = fast_exp2(s[j * 4 + e] - shift);
+          row_sum[h] += s[j * 4 + e];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j * 4 + e] *= correction[e / 2];
+
+    // O += P·V, 16 context tokens per step: two 8-token blocks of S are one A fragment.
+    uint32_t p[kTile / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) p[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      // V is MN-major for this product: the leading offset steps between the
+      // two head-dim panels, the stride offset between 8-token groups.
+      const uint64_t vb = descriptor(v_tile + kk * 16 * kPanelBytes, kTile * kPanelBytes, 1024);
+      wgmma_rs(o, p[kk], vb);
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    __syncthreads();  // the stage is overwritten by the load two tiles on
+  }
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = block_row0 + warpgroup * 64 + warp * 16 + lane / 4 + 8 * h;
+    if (row >= rows) continue;
+    const float inv = row_sum[h] > 0.f ? 1.f / row_sum[h] : 0.f;
+    __nv_bfloat16* out =
+        a.out + (static_cast<int64_t>(seq.q_start + row / group) * a.heads + kv_head * group + row % group) * kD;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j)
+      *reinterpret_cast<__nv_bfloat162*>(out + j * 8 + (lane % 4) * 2) =
+          __floats2bfloat162_rn(o[j * 4 + 2 * h] * inv, o[j * 4 + 2 * h + 1] * inv);
+  }
+#endif
+}
+
+}  // namespace
+
+bool attention_sm90_supports(const AttentionArgs& a) {
+  return a.head_dim == kD && a.splits == 1 && a.heads % a.kv_heads == 0;
+}
+
+Status launch_attention_sm90(const AttentionArgs& a, cudaStream_t stream) {
+  if (!attention_sm90_supports(a)) return invalid_argument("attention_sm90: needs head_dim 128 and one context split");
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(attention_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  HIQ_CUDA_RETURN_IF_ERROR(configured);
+  const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + kRows - 1) / kRows;
+  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.num_sequences * a.kv_heads));
+  attention_sm90_kernel<<<grid, kThreads, kSmemBytes, stream>>>(a);
+  return cuda_status(cudaGetLastError(), "attention_sm90_kernel");
+}
+
+}  // namespace hiq::cuda

@@ -1,0 +1,227 @@
+// The CUDA attention kernels against a float64 reference on the CPU, on
+// random data: fresh prompts and prompts after a cached prefix, lengths that
+// are and are not multiples of the tiles, several sequences per batch, GQA
+// groups of 1, 4 and 8, and context slots scattered over the pool. Every
+// output element is poisoned first, so one the kernel skips is an error. The
+// Hopper kernel runs where the GPU is compute capability 9.0 (it skips
+// elsewhere); the portable one runs on every GPU. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cuda/buffers.h"
+#include "gpu_test_policy.h"
+#include "model/cuda/attention.h"
+
+namespace hiq {
+namespace {
+
+using cuda::AttentionKernel;
+
+struct Shape {
+  int heads, kv_heads;
+  std::vector<std::pair<int, int>> sequences;  // (new tokens, cached prefix)
+};
+
+struct Problem {
+  int heads = 0, kv_heads = 0, head_dim = 128, tokens = 0, pool = 0;
+  std::vector<cuda::AttentionSequence> sequences;
+  std::vector<uint32_t> slots;                  // every sequence's context, in order
+  std::vector<__nv_bfloat16> q, k, v;           // q: [token][heads][d]; k, v: [slot][kv_heads][d]
+};
+
+Problem make_problem(const Shape& shape, uint32_t seed) {
+  Problem p;
+  p.heads = shape.heads;
+  p.kv_heads = shape.kv_heads;
+  int context = 0;
+  for (auto [q_len, prefix] : shape.sequences) {
+    p.sequences.push_back({p.tokens, q_len, prefix + q_len, context});
+    p.tokens += q_len;
+    context += prefix + q_len;
+  }
+  // A pool with free slots in it, handed out in a random order.
+  p.pool = context + 97;
+  std::vector<uint32_t> all(static_cast<size_t>(p.pool));
+  std::iota(all.begin(), all.end(), 0u);
+  std::mt19937 rng(seed);
+  std::shuffle(all.begin(), all.end(), rng);
+  p.slots.assign(all.begin(), all.begin() + context);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const auto fill = [&](std::vector<__nv_bfloat16>& x, size_t n, float scale) {
+    x.resize(n);
+    for (auto& e : x) e = __float2bfloat16_rn(scale * normal(rng));
+  };
+  fill(p.q, static_cast<size_t>(p.tokens) * p.heads * p.head_dim, 1.5f);  // peaked enough softmaxes
+  fill(p.k, static_cast<size_t>(p.pool) * p.kv_heads * p.head_dim, 1.5f);
+  fill(p.v, static_cast<size_t>(p.pool) * p.kv_heads * p.head_dim, 1.f);
+  return p;
+}
+
+std::vector<double> reference(const Problem& p) {
+  const int d = p.head_dim, group = p.heads / p.kv_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> out(static_cast<size_t>(p.tokens) * p.heads * d);
+  for (const auto& s : p.sequences)
+    for (int i = 0; i < s.q_len; ++i)
+      for (int h = 0; h < p.heads; ++h) {
+        const int position = s.kv_len - s.q_len + i, kv_head = h / group;
+        const __nv_bfloat16* q = &p.q[(static_cast<size_t>(s.q_start + i) * p.heads + h) * d];
+        std::vector<double> score(static_cast<size_t>(position) + 1);
+        double top = -INFINITY;
+        for (int t = 0; t <= position; ++t) {
+          const __nv_bfloat16* k = &p.k[(static_cast<size_t>(p.slots[s.slot_start + t]) * p.kv_heads + kv_head) * d];
+          double dot = 0;
+          for (int e = 0; e < d; ++e) dot += double{__bfloat162float(q[e])} * __bfloat162float(k[e]);
+          score[t] = dot * scale;
+          top = std::max(top, score[t]);
+        }
+        double sum = 0;
+        for (double& x : score) sum += (x = std::exp(x - top));
+        double* o = &out[(static_cast<size_t>(s.q_start + i) * p.heads + h) * d];
+        for (int t = 0; t <= position; ++t) {
+          const __nv_bfloat16* v = &p.v[(static_cast<size_t>(p.slots[s.slot_start + t]) * p.kv_heads + kv_head) * d];
+          for (int e = 0; e < d; ++e) o[e] += score[t] / sum * __bfloat162float(v[e]);
+        }
+      }
+  return out;
+}
+
+template <typename T>
+cuda::DeviceMemory upload(const std::vector<T>& host) {
+  auto memory = cuda::device_alloc(std::max<size_t>(1, host.size() * sizeof(T)), "test buffer");
+  EXPECT_TRUE(memory.is_ok()) << memory.status().to_string();
+  EXPECT_EQ(cudaMemcpy(memory->get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return std::move(*memory);
+}
+
+// Runs `kernel` on the problem; the output as floats.
+std::vector<float> run(const Problem& p, AttentionKernel kernel, int multiprocessors, int* splits_used) {
+  cuda::DeviceMemory q = upload(p.q), k = upload(p.k), v = upload(p.v), slots = upload(p.slots),
+                     sequences = upload(p.sequences);
+  const size_t out_elements = static_cast<size_t>(p.tokens) * p.heads * p.head_dim;
+  auto out = cuda::device_alloc(out_elements * 2, "out");
+  EXPECT_TRUE(out.is_ok());
+  EXPECT_EQ(cudaMemset(out->get(), 0xff, out_elements * 2), cudaSuccess);  // NaN
+  cuda::AttentionArgs a;
+  a.q = static_cast<const __nv_bfloat16*>(q.get());
+  a.q_token_stride = static_cast<int64_t>(p.heads) * p.head_dim;
+  a.out = static_cast<__nv_bfloat16*>(out->get());
+  a.k_plane = static_cast<const __nv_bfloat16*>(k.get());
+  a.v_plane = static_cast<const __nv_bfloat16*>(v.get());
+  a.slots = static_cast<const uint32_t*>(slots.get());
+  a.sequences = static_cast<const cuda::AttentionSequence*>(sequences.get());
+  a.num_sequences = static_cast<int>(p.sequences.size());
+  for (const auto& s : p.sequences) {
+    a.max_q_len = std::max(a.max_q_len, s.q_len);
+    a.max_kv_len = std::max(a.max_kv_len, s.kv_len);
+  }
+  a.num_tokens = p.tokens;
+  a.heads = p.heads;
+  a.kv_heads = p.kv_heads;
+  a.head_dim = p.head_dim;
+  a.scale = 1.f / std::sqrt(static_cast<float>(p.head_dim));
+  a.kernel = kernel;
+  a.splits = cuda::attention_splits(a, multiprocessors);
+  *splits_used = a.splits;
+  auto workspace = cuda::device_alloc(
+      std::max<size_t>(1, cuda::attention_workspace_floats(a.splits, p.tokens, p.heads, p.head_dim)) * sizeof(float),
+      "workspace");
+  EXPECT_TRUE(workspace.is_ok());
+  a.workspace = static_cast<float*>(workspace->get());
+  const Status status = cuda::launch_attention(a, nullptr);
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<__nv_bfloat16> host(out_elements);
+  EXPECT_EQ(cudaMemcpy(host.data(), out->get(), out_elements * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<float> result(out_elements);
+  for (size_t i = 0; i < out_elements; ++i) result[i] = __bfloat162float(host[i]);
+  return result;
+}
+
+// ‖out − ref‖ / ‖ref‖, and whether every element is finite.
+std::pair<double, bool> compare(const std::vector<float>& out, const std::vector<double>& ref) {
+  double diff = 0, norm = 0;
+  bool finite = true;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    finite = finite && std::isfinite(out[i]);
+    diff += (out[i] - ref[i]) * (out[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return {std::sqrt(diff / norm), finite};
+}
+
+bool device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess && major == 9 &&
+         minor == 0;
+}
+
+class GpuAttentionTest : public ::testing::TestWithParam<AttentionKernel> {
+ protected:
+  void SetUp() override {
+    HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
+    if (GetParam() == AttentionKernel::kSm90 && !device_is_sm90())
+      GTEST_SKIP() << "the sm90 kernel runs on compute capability 9.0 only";
+    int device = 0;
+    ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+    ASSERT_EQ(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  }
+  int multiprocessors_ = 0;
+};
+
+TEST_P(GpuAttentionTest, MatchesAFloat64ReferenceOnPrefillsAndCachedPrefixes) {
+  const std::vector<Shape> shapes = {
+      {32, 8, {{300, 0}}},                      // fresh prompt, not a multiple of any tile
+      {32, 8, {{256, 0}}},                      // exactly two 128-token tiles
+      {32, 8, {{200, 1000}}},                   // after a cached prefix
+      {32, 8, {{77, 0}, {130, 513}, {1, 40}}},  // a batch: lengths, prefixes and a decode row differ
+      {8, 8, {{333, 64}}},                      // no GQA: one query head per KV head
+      {64, 8, {{129, 0}}},                      // groups of 8
+  };
+  uint32_t seed = 1;
+  for (const Shape& shape : shapes) {
+    const Problem p = make_problem(shape, seed++);
+    int splits = 0;
+    const std::vector<float> out = run(p, GetParam(), multiprocessors_, &splits);
+    const auto [error, finite] = compare(out, reference(p));
+    EXPECT_TRUE(finite) << "an output element was not written (or is not finite), shape " << seed - 1;
+    // BF16 inputs, P rounded to BF16 before P·V, BF16 output: ~0.3 % typically.
+    EXPECT_LT(error, 1e-2) << "shape " << seed - 1 << ", splits " << splits;
+    if (GetParam() == AttentionKernel::kSm90) {
+      EXPECT_EQ(splits, 1);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, GpuAttentionTest,
+                         ::testing::Values(AttentionKernel::kPortable, AttentionKernel::kSm90),
+                         [](const ::testing::TestParamInfo<AttentionKernel>& kernel) {
+                           return kernel.param == AttentionKernel::kSm90 ? "Sm90" : "Portable";
+                         });
+
+TEST(GpuAttentionChoiceTest, PicksTheSm90KernelOnlyForBatchesThatFillTheGpu) {
+  HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
+  cuda::AttentionArgs a;
+  a.heads = 32;
+  a.kv_heads = 8;
+  a.head_dim = 128;
+  a.num_sequences = 1;
+  a.max_q_len = 1;  // decode: 4 rows per KV head
+  a.max_kv_len = 4096;
+  EXPECT_EQ(cuda::attention_kernel_for(a, 132), AttentionKernel::kPortable);
+  a.max_q_len = 4096;  // prefill
+  EXPECT_EQ(cuda::attention_kernel_for(a, 132),
+            device_is_sm90() ? AttentionKernel::kSm90 : AttentionKernel::kPortable);
+  a.head_dim = 64;  // the sm90 kernel is built for 128 only
+  EXPECT_EQ(cuda::attention_kernel_for(a, 132), AttentionKernel::kPortable);
+}
+
+}  // namespace
+}  // namespace hiq

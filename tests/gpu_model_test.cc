@@ -10,6 +10,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -259,6 +260,48 @@ TEST_F(GpuModelTest, LongContextDecodeSplitsAttentionAndMatchesTheCpu) {
   const double error = relative_error(out->logits, *cpu);
   std::printf("decode at 1500 tokens of context, CUDA vs CPU: relative error %.2e\n", error);
   EXPECT_LT(error, 2e-2);
+}
+
+// A profiled pass (ForwardProfile) computes the same bits as a plain one and
+// charges time to every component it has; a decode step's restore wait goes
+// to "other".
+TEST_F(GpuModelTest, AProfiledPassGivesTheSameLogitsAndTimesEachComponent) {
+  const TinyModel::Spec spec = qwen3_like();
+  GpuModel gpu(spec, 512);
+  ASSERT_TRUE(gpu.model && gpu.l1);
+  const std::vector<int32_t> tokens = random_tokens(300, spec.vocab_size, 5);
+  const std::vector<SlotId> slots = iota_slots(tokens.size());
+  const ModelSequence prompt{std::span(tokens).first(299), std::span(slots).first(299), 0};
+  auto plain = gpu.model->forward(*gpu.l1, std::span(&prompt, 1), LogitsWanted::kLast);
+  ForwardProfile profile;
+  auto profiled = gpu.model->forward(*gpu.l1, std::span(&prompt, 1), LogitsWanted::kLast, nullptr, &profile);
+  ASSERT_TRUE(plain.is_ok() && profiled.is_ok()) << profiled.status().to_string();
+  EXPECT_EQ(profiled->logits, plain->logits);
+  std::printf("299-token prefill: gemm %.3f ms, attention %.3f, norm+elementwise %.3f, LM head %.3f, other %.3f\n",
+              profile.gemm_seconds * 1e3, profile.attention_seconds * 1e3, profile.norm_elementwise_seconds * 1e3,
+              profile.lm_head_seconds * 1e3, profile.other_seconds * 1e3);
+  EXPECT_GT(profile.gemm_seconds, 0);
+  EXPECT_GT(profile.attention_seconds, 0);
+  EXPECT_GT(profile.norm_elementwise_seconds, 0);
+  EXPECT_GT(profile.lm_head_seconds, 0);
+  EXPECT_GT(profile.other_seconds, 0);
+  EXPECT_LT(profile.total_seconds(), 1.0);
+
+  // A decode step whose hook holds the stream for a while: the wait is "other".
+  const ModelSequence step{tokens, slots, 299};
+  ForwardProfile decode;
+  auto out = gpu.model->forward(*gpu.l1, std::span(&step, 1), LogitsWanted::kNone,
+                                [](int layer, void*) {
+                                  if (layer == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                                  return Status::ok();
+                                },
+                                &decode);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  std::printf("decode step with a 20 ms hook: other %.3f ms of %.3f\n", decode.other_seconds * 1e3,
+              decode.total_seconds() * 1e3);
+  EXPECT_GT(decode.other_seconds, 0.015);  // the device idles while the host sleeps in the hook
+  EXPECT_GT(decode.attention_seconds, 0);
+  EXPECT_GT(decode.gemm_seconds, 0);
 }
 
 TEST_F(GpuModelTest, ReadsAPrefixRestoredFromL2ThroughEachCodec) {

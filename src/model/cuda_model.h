@@ -53,6 +53,25 @@ struct ModelOutput {
 
 using BeforeLayerAttention = std::function<Status(int layer, void* stream)>;
 
+// Device time of one forward pass by component. A pass given a profile marks
+// each stage boundary on its stream with a CUDA event and reads the events
+// once, after the synchronisation that ends every pass; a pass given none
+// records nothing. The time from one mark to the next is charged to the stage
+// the first one opens, a wait for the host to launch it included, so the
+// components add up to the pass's device time from its input copy to its
+// results.
+struct ForwardProfile {
+  double gemm_seconds = 0;              // the layers' projections: QKV, O, gate|up, down
+  double attention_seconds = 0;         // attention over L1, with the combine of split contexts
+  double norm_elementwise_seconds = 0;  // embedding and row gathers, RMSNorms, QKV finish (bias,
+                                        // q/k-norm, RoPE, KV into L1), SiLU·up, the O bias
+  double lm_head_seconds = 0;           // the LM head's product and the argmax
+  double other_seconds = 0;             // the input copy, waits for restores, the results' copy
+  double total_seconds() const {
+    return gemm_seconds + attention_seconds + norm_elementwise_seconds + lm_head_seconds + other_seconds;
+  }
+};
+
 class CudaModel {
  public:
   virtual ~CudaModel() = default;
@@ -61,9 +80,11 @@ class CudaModel {
   // mismatched spans, first_new ≥ n, token ids outside the vocabulary, slots
   // outside `l1`, a pool that is not a CUDA pool of the model's geometry, a
   // failed CUDA call, or the error of `before_attention` — after which the
-  // new tokens' slots hold unspecified KV (the caller recomputes).
+  // new tokens' slots hold unspecified KV (the caller recomputes). With a
+  // `profile`, the pass also fills it in (ForwardProfile).
   virtual Result<ModelOutput> forward(DeviceKvPool& l1, std::span<const ModelSequence> batch, LogitsWanted logits,
-                                      const BeforeLayerAttention& before_attention = nullptr) = 0;
+                                      const BeforeLayerAttention& before_attention = nullptr,
+                                      ForwardProfile* profile = nullptr) = 0;
 
   // The cudaStream_t every forward pass runs on.
   virtual void* stream() const = 0;

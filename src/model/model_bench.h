@@ -12,6 +12,10 @@
 //   time, and how far its next-token logits are from the recomputed ones.
 // Every figure is the median of repeated runs of the whole forward call (host
 // preparation, upload, kernels, results back).
+//
+// Prefill and decode rows also carry their components: the device time of a
+// profiled pass by stage (ForwardProfile; each component the median of a few
+// passes), with the achieved FLOP/s of the projections and of attention.
 #pragma once
 
 #include <functional>
@@ -21,6 +25,7 @@
 #include "codec/codec.h"
 #include "core/status.h"
 #include "model/cpu_forward.h"
+#include "model/cuda_model.h"
 #include "model/model_config.h"
 
 namespace hiq {
@@ -41,15 +46,23 @@ struct ModelBenchReport {
   size_t weight_bytes = 0;           // on the device
   size_t weight_bytes_per_step = 0;  // read by every step (all but the embedding)
   double device_copy_bytes_per_s = 0;  // D2D copy, bytes read + written
+  // One pass by component, and the work of its projections and attention.
+  struct Components {
+    ForwardProfile seconds;
+    double gemm_flops = 0;       // layer_gemm_flops
+    double attention_flops = 0;  // attention_flops, summed over the batch
+  };
   struct Prefill {
     int tokens = 0;
     double seconds = 0;
+    Components components;
   };
   struct Decode {
     int batch = 0, context = 0;
     double step_seconds = 0;
     size_t kv_bytes = 0;        // KV the step reads
     double floor_seconds = 0;   // (weights + KV) / device bandwidth
+    Components components;
   };
   struct Restore {
     CodecKind codec = CodecKind::kBf16;
@@ -63,6 +76,18 @@ struct ModelBenchReport {
   std::vector<Decode> decode;
   std::vector<Restore> restore;
 };
+
+// Multiply-adds count two. The layers' projections (QKV, O, gate|up, down) of
+// `tokens` tokens, all layers (the LM head is not in it).
+double layer_gemm_flops(const ModelShape& shape, int64_t tokens);
+// Causal attention of one sequence: `q_len` new tokens at the end of a
+// context of `kv_len` (query i sees kv_len − q_len + i + 1 tokens), 4 ·
+// head_dim FLOPs per query head and visible token (Q·Kᵀ and P·V), all layers.
+double attention_flops(const ModelShape& shape, int64_t q_len, int64_t kv_len);
+
+// The report as `hiq bench model --json` prints it: the fields above (seconds
+// as `..._s` in "components"), with tokens/s and the components' TFLOP/s.
+std::string to_json(const ModelBenchReport& report);
 
 // Needs a CUDA GPU (kUnavailable otherwise). `progress(done, total)` after each
 // measurement; may be null.

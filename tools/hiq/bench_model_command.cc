@@ -1,13 +1,11 @@
 // `hiq bench model --model DIR`: the CUDA forward pass — prefill tokens/s,
-// decode step time against its memory-bound floor, and prompts on a prefix
-// restored from L2 through each codec against recomputing them
-// (model/model_bench.h says what each figure is).
+// decode step time against its memory-bound floor, the device time of each
+// by component, and prompts on a prefix restored from L2 through each codec
+// against recomputing them (model/model_bench.h says what each figure is).
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
-
-#include <nlohmann/json.hpp>
 
 #include "model/loaded_model.h"
 #include "model/model_bench.h"
@@ -69,22 +67,7 @@ int run_model_bench_command(const ModelBenchFlags& f) {
   const ModelBenchReport& r = *report;
 
   if (f.json) {
-    nlohmann::json out = {{"gpu", r.gpu},
-                          {"weight_bytes", r.weight_bytes},
-                          {"weight_bytes_per_step", r.weight_bytes_per_step},
-                          {"device_copy_bytes_per_s", r.device_copy_bytes_per_s}};
-    for (const auto& p : r.prefill)
-      out["prefill"].push_back({{"tokens", p.tokens}, {"seconds", p.seconds}, {"tokens_per_s", p.tokens / p.seconds}});
-    for (const auto& d : r.decode)
-      out["decode"].push_back({{"batch", d.batch}, {"context", d.context}, {"step_seconds", d.step_seconds},
-                               {"kv_bytes", d.kv_bytes}, {"floor_seconds", d.floor_seconds}});
-    for (const auto& x : r.restore)
-      out["restore"].push_back({{"codec", std::string(codec_name(x.codec))}, {"prompt", x.prompt},
-                                {"prefix", x.prefix}, {"restored_seconds", x.restored_seconds},
-                                {"recompute_seconds", x.recompute_seconds},
-                                {"logits_relative_error", x.logits_relative_error},
-                                {"same_next_token", x.same_next_token}});
-    std::cout << out.dump(2) << '\n';
+    std::cout << to_json(r) << '\n';
     return 0;
   }
   std::cout << r.gpu << ": weights " << format_fixed(static_cast<double>(r.weight_bytes) / 1e9, 2)
@@ -99,6 +82,21 @@ int run_model_bench_command(const ModelBenchFlags& f) {
     decode.add_row({std::to_string(d.batch), std::to_string(d.context), ms(d.step_seconds), ms(d.floor_seconds),
                     format_fixed(d.step_seconds / d.floor_seconds, 2)});
   decode.print(std::cout);
+  std::cout << '\n';
+  // Device time of a profiled pass by component (model/model_bench.h).
+  Table components({"pass", "gemm ms", "gemm TFLOP/s", "attention ms", "attention TFLOP/s", "norm+elementwise ms",
+                    "LM head ms", "other ms", "sum ms"});
+  const auto add_components = [&](const std::string& pass, const ModelBenchReport::Components& c) {
+    const ForwardProfile& t = c.seconds;
+    components.add_row({pass, ms(t.gemm_seconds), format_fixed(c.gemm_flops / t.gemm_seconds / 1e12, 0),
+                        ms(t.attention_seconds), format_fixed(c.attention_flops / t.attention_seconds / 1e12, 1),
+                        ms(t.norm_elementwise_seconds), ms(t.lm_head_seconds), ms(t.other_seconds),
+                        ms(t.total_seconds())});
+  };
+  for (const auto& p : r.prefill) add_components("prefill " + std::to_string(p.tokens), p.components);
+  for (const auto& d : r.decode)
+    add_components("decode " + std::to_string(d.batch) + " x " + std::to_string(d.context), d.components);
+  components.print(std::cout);
   std::cout << '\n';
   Table restore({"codec", "restored / prompt", "restore+forward ms", "recompute ms", "speedup", "logits rel. error",
                  "same next token"});
@@ -116,7 +114,8 @@ int run_model_bench_command(const ModelBenchFlags& f) {
 std::function<int()> add_bench_model_command(CLI::App& bench) {
   auto f = std::make_shared<ModelBenchFlags>();
   CLI::App* app = bench.add_subcommand(
-      "model", "CUDA forward pass: prefill tokens/s, decode step vs its memory-bound floor, restored vs recomputed prompts");
+      "model", "CUDA forward pass: prefill tokens/s, decode step vs its memory-bound floor, device time by component, "
+               "restored vs recomputed prompts");
   app->add_option("--model", f->model, "Model directory (config.json and *.safetensors)")->required();
   app->add_option("--prefill", f->prefill, "Comma-separated prompt lengths")->capture_default_str();
   app->add_option("--decode-batches", f->decode_batches, "Comma-separated decode batch sizes")->capture_default_str();

@@ -9,7 +9,8 @@
 //   LM head (FP32 logits) → argmax.
 // The per-pass inputs (token ids, positions, slots, sequence table) go up in
 // one copy from a pinned staging buffer; the pass ends with one copy of the
-// results back and a stream synchronisation.
+// results back and a stream synchronisation. A profiled pass (ForwardProfile)
+// also records an event at each boundary between stages of another kind.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -110,12 +111,67 @@ struct PassLayout {
 
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
+// The components of ForwardProfile.
+enum class Stage : uint8_t { kGemm, kAttention, kNormElementwise, kLmHead, kOther };
+
+// The events of a profiled pass: mark() opens a stage on the stream (a no-op
+// when the pass is not profiled, or when the stage is of the kind already
+// open), finish() closes the last one, read() charges the time between marks
+// once the stream has synchronised. Events are created on first use and
+// reused by later passes.
+class StageMarks {
+ public:
+  void begin(bool profiled) {
+    on_ = profiled;
+    used_ = 0;
+  }
+  Status mark(Stage stage, cudaStream_t stream) {
+    if (!on_ || (used_ > 0 && stages_[used_ - 1] == stage)) return Status::ok();
+    return record(stage, stream);
+  }
+  Status finish(cudaStream_t stream) { return on_ ? record(Stage::kOther, stream) : Status::ok(); }
+  Result<ForwardProfile> read() const {
+    ForwardProfile p;
+    for (size_t i = 0; i + 1 < used_; ++i) {
+      float ms = 0;
+      HIQ_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events_[i].get(), events_[i + 1].get()));
+      const double seconds = ms * 1e-3;
+      switch (stages_[i]) {
+        case Stage::kGemm: p.gemm_seconds += seconds; break;
+        case Stage::kAttention: p.attention_seconds += seconds; break;
+        case Stage::kNormElementwise: p.norm_elementwise_seconds += seconds; break;
+        case Stage::kLmHead: p.lm_head_seconds += seconds; break;
+        case Stage::kOther: p.other_seconds += seconds; break;
+      }
+    }
+    return p;
+  }
+
+ private:
+  Status record(Stage stage, cudaStream_t stream) {
+    if (used_ == events_.size()) {
+      HIQ_ASSIGN_OR_RETURN(cuda::Event e, cuda::make_event(/*timing=*/true));
+      events_.push_back(std::move(e));
+      stages_.push_back(stage);
+    }
+    stages_[used_] = stage;
+    HIQ_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[used_].get(), stream));
+    ++used_;
+    return Status::ok();
+  }
+
+  bool on_ = false;
+  size_t used_ = 0;
+  std::vector<cuda::Event> events_;
+  std::vector<Stage> stages_;
+};
+
 class CudaModelImpl final : public CudaModel {
  public:
   static Result<std::unique_ptr<CudaModel>> create(const ModelShape& shape, const CpuModelWeights& weights);
 
   Result<ModelOutput> forward(DeviceKvPool& l1, std::span<const ModelSequence> batch, LogitsWanted logits,
-                              const BeforeLayerAttention& before_attention) override;
+                              const BeforeLayerAttention& before_attention, ForwardProfile* profile) override;
   void* stream() const override { return stream_.get(); }
   const ModelShape& shape() const override { return shape_; }
   size_t weight_bytes() const override { return weight_bytes_; }
@@ -125,6 +181,7 @@ class CudaModelImpl final : public CudaModel {
   Status upload(const CpuModelWeights& w);
   // y[m][n] = x[m][k] · w[n][k]ᵀ, y in BF16 or FP32.
   Status gemm(const bf16* x, int m, const bf16* w, int n, int k, void* y, cudaDataType_t y_type);
+  Status mark(Stage stage) { return marks_.mark(stage, stream_.get()); }
   Status run(DeviceKvPool& l1, std::span<const ModelSequence> batch, LogitsWanted logits,
              const BeforeLayerAttention& before_attention, int tokens, int logit_rows, int max_q_len,
              int max_kv_len, const PassLayout& layout);
@@ -141,6 +198,7 @@ class CudaModelImpl final : public CudaModel {
   Scratch x_, normed_, qkv_, attn_, delta_, gate_up_, act_, rows_, logits_, next_, attention_ws_, inputs_;
   cuda::PinnedMemory staging_;  // host side of inputs_ and of the results
   size_t staging_bytes_ = 0;
+  StageMarks marks_;
 };
 
 Result<std::unique_ptr<CudaModel>> CudaModelImpl::create(const ModelShape& shape, const CpuModelWeights& weights) {
@@ -222,7 +280,8 @@ Status CudaModelImpl::gemm(const bf16* x, int m, const bf16* w, int n, int k, vo
 }
 
 Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const ModelSequence> batch,
-                                           LogitsWanted logits, const BeforeLayerAttention& before_attention) {
+                                           LogitsWanted logits, const BeforeLayerAttention& before_attention,
+                                           ForwardProfile* profile) {
   if (batch.empty()) return ModelOutput{};
   if (l1.host_accessible()) return invalid_argument("forward: the CUDA model needs an L1 pool in GPU memory");
   size_t tokens = 0, context = 0;
@@ -280,6 +339,7 @@ Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const Mod
     slot_start += n;
   }
 
+  marks_.begin(profile != nullptr);
   const Status status = run(l1, batch, logits, before_attention, static_cast<int>(tokens),
                             static_cast<int>(logit_rows), max_q_len, max_kv_len, layout);
   // Whatever happened, nothing may still be using the staging buffer or the
@@ -287,6 +347,9 @@ Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const Mod
   const Status synced = cuda::cuda_status(cudaStreamSynchronize(stream_.get()), "forward");
   HIQ_RETURN_IF_ERROR(status);
   HIQ_RETURN_IF_ERROR(synced);
+  if (profile != nullptr) {
+    HIQ_ASSIGN_OR_RETURN(*profile, marks_.read());
+  }
 
   ModelOutput out;
   const auto* next = reinterpret_cast<const int32_t*>(host);
@@ -343,6 +406,7 @@ Status CudaModelImpl::run(DeviceKvPool& l1, std::span<const ModelSequence> batch
       cuda::attention_workspace_floats(attention.splits, tokens, s.num_heads, s.head_dim) * sizeof(float),
       "attention workspace"));
 
+  HIQ_RETURN_IF_ERROR(mark(Stage::kOther));
   HIQ_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(inputs_.memory.get(), staging_.get(), layout.bytes, cudaMemcpyHostToDevice, stream));
   const auto* in = inputs_.as<std::byte>();
@@ -358,13 +422,16 @@ Status CudaModelImpl::run(DeviceKvPool& l1, std::span<const ModelSequence> batch
   bf16* normed = normed_.as<bf16>();
   bf16* qkv = qkv_.as<bf16>();
   bf16* delta = delta_.as<bf16>();
+  HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
   HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(static_cast<const bf16*>(embed_.get()), token_ids, tokens, hidden, x,
                                                stream));
   for (int layer = 0; layer < s.num_layers; ++layer) {
     const DeviceLayer& w = layers_[static_cast<size_t>(layer)];
+    HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
     HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, layer == 0 ? nullptr : delta,
                                                   static_cast<const bf16*>(w.input_norm.get()), tokens, hidden,
                                                   s.rms_norm_eps, normed, stream));
+    HIQ_RETURN_IF_ERROR(mark(Stage::kGemm));
     HIQ_RETURN_IF_ERROR(gemm(normed, tokens, static_cast<const bf16*>(w.qkv.get()), qkv_out, hidden, qkv, CUDA_R_16BF));
 
     auto* k_plane = reinterpret_cast<bf16*>(l1.plane(layer, KvPart::kK));
@@ -385,36 +452,49 @@ Status CudaModelImpl::run(DeviceKvPool& l1, std::span<const ModelSequence> batch
     qa.heads = s.num_heads;
     qa.kv_heads = s.num_kv_heads;
     qa.head_dim = s.head_dim;
+    HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
     HIQ_RETURN_IF_ERROR(cuda::launch_qkv_finish(qa, stream));
 
-    if (before_attention) HIQ_RETURN_IF_ERROR(before_attention(layer, stream));
+    if (before_attention) {
+      HIQ_RETURN_IF_ERROR(mark(Stage::kOther));
+      HIQ_RETURN_IF_ERROR(before_attention(layer, stream));
+    }
     attention.q = qkv;
     attention.q_token_stride = qkv_out;
     attention.out = attn_.as<bf16>();
     attention.k_plane = k_plane;
     attention.v_plane = v_plane;
+    HIQ_RETURN_IF_ERROR(mark(Stage::kAttention));
     HIQ_RETURN_IF_ERROR(cuda::launch_attention(attention, stream));
 
+    HIQ_RETURN_IF_ERROR(mark(Stage::kGemm));
     HIQ_RETURN_IF_ERROR(gemm(attn_.as<bf16>(), tokens, static_cast<const bf16*>(w.o_proj.get()), hidden, q_out, delta,
                              CUDA_R_16BF));
+    HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
     if (w.o_bias) HIQ_RETURN_IF_ERROR(cuda::launch_add_bias(delta, static_cast<const bf16*>(w.o_bias.get()), tokens,
                                                             hidden, stream));
     HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, delta, static_cast<const bf16*>(w.post_norm.get()), tokens,
                                                   hidden, s.rms_norm_eps, normed, stream));
+    HIQ_RETURN_IF_ERROR(mark(Stage::kGemm));
     HIQ_RETURN_IF_ERROR(gemm(normed, tokens, static_cast<const bf16*>(w.gate_up.get()), 2 * inter, hidden,
                              gate_up_.as<bf16>(), CUDA_R_16BF));
+    HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
     HIQ_RETURN_IF_ERROR(cuda::launch_silu_mul(gate_up_.as<bf16>(), tokens, inter, act_.as<bf16>(), stream));
+    HIQ_RETURN_IF_ERROR(mark(Stage::kGemm));
     HIQ_RETURN_IF_ERROR(
         gemm(act_.as<bf16>(), tokens, static_cast<const bf16*>(w.down.get()), hidden, inter, delta, CUDA_R_16BF));
   }
+  HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
   HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, delta, static_cast<const bf16*>(final_norm_.get()), tokens, hidden,
                                                 s.rms_norm_eps, normed, stream));
   HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(normed, rows, logit_rows, hidden, rows_.as<bf16>(), stream));
+  HIQ_RETURN_IF_ERROR(mark(Stage::kLmHead));
   HIQ_RETURN_IF_ERROR(gemm(rows_.as<bf16>(), logit_rows, static_cast<const bf16*>(lm_head_.get()), s.vocab_size,
                            hidden, logits_.as<float>(), CUDA_R_32F));
   HIQ_RETURN_IF_ERROR(cuda::launch_argmax(logits_.as<float>(), logit_rows, s.vocab_size, next_.as<int32_t>(), stream));
 
   // Results into the staging buffer: the argmax of every logit row, then the logits.
+  HIQ_RETURN_IF_ERROR(mark(Stage::kOther));
   auto* host = static_cast<std::byte*>(staging_.get());
   HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, next_.memory.get(), static_cast<size_t>(logit_rows) * sizeof(int32_t),
                                            cudaMemcpyDeviceToHost, stream));
@@ -423,7 +503,7 @@ Status CudaModelImpl::run(DeviceKvPool& l1, std::span<const ModelSequence> batch
                                              logits_.memory.get(),
                                              static_cast<size_t>(logit_rows) * s.vocab_size * sizeof(float),
                                              cudaMemcpyDeviceToHost, stream));
-  return Status::ok();
+  return marks_.finish(stream);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -41,6 +42,26 @@ Result<double> device_copy_bandwidth(double budget) {
     return cuda::cuda_status(cudaDeviceSynchronize(), "device copy");
   }));
   return 2.0 * static_cast<double>(kBytes) / seconds;
+}
+
+// Each component's median over a few profiled passes of `run`.
+constexpr size_t kProfiledPasses = 5;
+Result<ForwardProfile> median_profile(const std::function<Status(ForwardProfile*)>& run) {
+  constexpr size_t kPasses = kProfiledPasses;
+  std::vector<ForwardProfile> passes(kPasses);
+  for (ForwardProfile& p : passes) HIQ_RETURN_IF_ERROR(run(&p));
+  ForwardProfile median;
+  using Field = double ForwardProfile::*;
+  const Field fields[] = {&ForwardProfile::gemm_seconds, &ForwardProfile::attention_seconds,
+                          &ForwardProfile::norm_elementwise_seconds, &ForwardProfile::lm_head_seconds,
+                          &ForwardProfile::other_seconds};
+  for (Field field : fields) {
+    std::vector<double> v;
+    for (const ForwardProfile& p : passes) v.push_back(p.*field);
+    std::nth_element(v.begin(), v.begin() + kPasses / 2, v.end());
+    median.*field = v[kPasses / 2];
+  }
+  return median;
 }
 
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
@@ -89,10 +110,16 @@ Result<ModelBenchReport> run_model_bench(const ModelConfig& config, const ModelS
     const std::vector<int32_t> prompt = random_prompt(static_cast<size_t>(n), shape.vocab_size, 1);
     const std::vector<SlotId> prompt_slots = slot_range(prompt.size(), 0);
     const ModelSequence seq{prompt, prompt_slots, 0};
-    HIQ_ASSIGN_OR_RETURN(const double seconds, median_seconds(budget, [&] {
-      return model->forward(*l1, std::span(&seq, 1), LogitsWanted::kNone).status();
-    }));
-    report.prefill.push_back({n, seconds});
+    const auto pass = [&](ForwardProfile* profile) {
+      return model->forward(*l1, std::span(&seq, 1), LogitsWanted::kNone, nullptr, profile).status();
+    };
+    ModelBenchReport::Prefill row;
+    row.tokens = n;
+    HIQ_ASSIGN_OR_RETURN(row.seconds, median_seconds(budget, [&] { return pass(nullptr); }));
+    HIQ_ASSIGN_OR_RETURN(row.components.seconds, median_profile(pass));
+    row.components.gemm_flops = layer_gemm_flops(shape, n);
+    row.components.attention_flops = attention_flops(shape, n, n);
+    report.prefill.push_back(row);
     tick();
   }
 
@@ -113,20 +140,24 @@ Result<ModelBenchReport> run_model_bench(const ModelConfig& config, const ModelS
       HIQ_ASSIGN_OR_RETURN(const ModelOutput out, model->forward(*l1, sequences, LogitsWanted::kNone));
       for (int i = b; i < std::min(batch, b + 4); ++i) tokens[i].push_back(out.next_tokens[i - b]);
     }
-    const auto step = [&]() -> Status {
+    const auto step = [&](ForwardProfile* profile) -> Status {
       if (tokens[0].size() >= stride) return failed_precondition("bench model: decode ran out of slots");
       sequences.clear();
       for (int b = 0; b < batch; ++b)
         sequences.push_back({tokens[b], std::span(seq_slots[b]).first(tokens[b].size()), tokens[b].size() - 1});
-      HIQ_ASSIGN_OR_RETURN(const ModelOutput out, model->forward(*l1, sequences, LogitsWanted::kNone));
+      HIQ_ASSIGN_OR_RETURN(const ModelOutput out, model->forward(*l1, sequences, LogitsWanted::kNone, nullptr, profile));
       for (int b = 0; b < batch; ++b) tokens[b].push_back(out.next_tokens[b]);
       return Status::ok();
     };
-    HIQ_ASSIGN_OR_RETURN(const double seconds, median_seconds(std::min(budget, 1.0), step));
     ModelBenchReport::Decode row;
     row.batch = batch;
     row.context = o.decode_context;
-    row.step_seconds = seconds;
+    HIQ_ASSIGN_OR_RETURN(row.step_seconds, median_seconds(std::min(budget, 1.0), [&] { return step(nullptr); }));
+    HIQ_ASSIGN_OR_RETURN(row.components.seconds, median_profile(step));
+    row.components.gemm_flops = layer_gemm_flops(shape, batch);
+    // At the context of the middle one of the profiled steps (the last ones).
+    const auto middle_context = static_cast<int64_t>(tokens[0].size() - (kProfiledPasses + 1) / 2);
+    row.components.attention_flops = batch * attention_flops(shape, 1, middle_context);
     row.kv_bytes = static_cast<size_t>(batch) * static_cast<size_t>(o.decode_context) * geometry.l1_bytes_per_token();
     row.floor_seconds = static_cast<double>(report.weight_bytes_per_step + row.kv_bytes) / report.device_copy_bytes_per_s;
     report.decode.push_back(row);

@@ -1,0 +1,81 @@
+// `hiq bench model`'s host half (model/model_bench.h): the FLOPs its
+// component rates divide by, and the JSON that scripts/runtime-reference
+// reads. The measurements themselves need a GPU (scripts/gpu-check).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "model/model_bench.h"
+
+namespace hiq {
+namespace {
+
+ModelShape qwen3_8b() {
+  ModelShape s;
+  s.vocab_size = 151936;
+  s.hidden_size = 4096;
+  s.intermediate_size = 12288;
+  s.num_layers = 36;
+  s.num_heads = 32;
+  s.num_kv_heads = 8;
+  s.head_dim = 128;
+  return s;
+}
+
+TEST(ModelBenchReport, LayerGemmFlopsCountEveryProjectionOfEveryLayer) {
+  // Per layer: QKV 4096 → 4096 + 2·1024, O 4096 → 4096, gate|up 4096 → 2·12288, down 12288 → 4096.
+  const double weights = 4096.0 * 6144 + 4096.0 * 4096 + 4096.0 * 24576 + 12288.0 * 4096;
+  EXPECT_DOUBLE_EQ(layer_gemm_flops(qwen3_8b(), 1), 2 * weights * 36);
+  EXPECT_DOUBLE_EQ(layer_gemm_flops(qwen3_8b(), 2048), 2048 * layer_gemm_flops(qwen3_8b(), 1));
+}
+
+TEST(ModelBenchReport, AttentionFlopsCountTheVisibleTokensOfEachQuery) {
+  const ModelShape s = qwen3_8b();
+  const double per_pair = 4.0 * 128 * 32 * 36;  // Q·Kᵀ and P·V, every query head, every layer
+  // A fresh prompt: the causal triangle with its diagonal, T(T + 1)/2 pairs.
+  EXPECT_DOUBLE_EQ(attention_flops(s, 2048, 2048), per_pair * 2048 * 2049 / 2);
+  // One decode token at a 2,049-token context sees all of it.
+  EXPECT_DOUBLE_EQ(attention_flops(s, 1, 2049), per_pair * 2049);
+  // 100 new tokens on 200 cached: they see 201 … 300 tokens.
+  EXPECT_DOUBLE_EQ(attention_flops(s, 100, 300), per_pair * (201 + 300) * 100 / 2);
+}
+
+TEST(ModelBenchReport, JsonCarriesEachComponentWithItsRate) {
+  ModelBenchReport r;
+  r.gpu = "test GPU";
+  ModelBenchReport::Components c;
+  c.seconds.gemm_seconds = 0.040;
+  c.seconds.attention_seconds = 0.005;
+  c.seconds.norm_elementwise_seconds = 0.003;
+  c.seconds.lm_head_seconds = 0.001;
+  c.seconds.other_seconds = 0.0005;
+  c.gemm_flops = 3.2e13;
+  c.attention_flops = 2.5e12;
+  r.prefill.push_back({2048, 0.050, c});
+  ModelBenchReport::Decode d;
+  d.batch = 8;
+  d.context = 2048;
+  d.step_seconds = 0.007;
+  d.components = c;
+  r.decode.push_back(d);
+
+  const nlohmann::json j = nlohmann::json::parse(to_json(r));
+  EXPECT_EQ(j["gpu"], "test GPU");
+  for (const nlohmann::json& row : {j["prefill"][0], j["decode"][0]}) {
+    const nlohmann::json& got = row["components"];
+    EXPECT_DOUBLE_EQ(got["gemm_s"].get<double>(), 0.040);
+    EXPECT_DOUBLE_EQ(got["attention_s"].get<double>(), 0.005);
+    EXPECT_DOUBLE_EQ(got["norm_elementwise_s"].get<double>(), 0.003);
+    EXPECT_DOUBLE_EQ(got["lm_head_s"].get<double>(), 0.001);
+    EXPECT_DOUBLE_EQ(got["other_s"].get<double>(), 0.0005);
+    EXPECT_DOUBLE_EQ(got["total_s"].get<double>(), 0.0495);
+    EXPECT_DOUBLE_EQ(got["gemm_tflops"].get<double>(), 800);      // 3.2e13 / 0.040 s
+    EXPECT_DOUBLE_EQ(got["attention_tflops"].get<double>(), 500);  // 2.5e12 / 0.005 s
+  }
+  EXPECT_DOUBLE_EQ(j["prefill"][0]["tokens_per_s"].get<double>(), 2048 / 0.050);
+  EXPECT_EQ(j["decode"][0]["batch"], 8);
+  EXPECT_TRUE(j["restore"].is_array());
+}
+
+}  // namespace
+}  // namespace hiq

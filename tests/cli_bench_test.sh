@@ -106,6 +106,20 @@ rc=0
 [[ $rc -eq 1 ]] && grep -q -- "--threads must be positive" "$TMP/err" || fail "hiq bench cpu --threads -1: rc $rc, $(cat "$TMP/err")"
 pass "hiq bench cpu --threads -1 is refused by name"
 
+# `hiq bench model`: its flags are checked before the model is read or a GPU
+# is looked for; --disable-cuda-graph is one of them (the GPU run is in
+# scripts/gpu-check).
+rc=0
+"$HIQ" bench model --model "$root/tests/data/models/tiny-qwen3" --cuda-graph-max-bs 0 >"$TMP/out" 2>"$TMP/err" || rc=$?
+[[ $rc -eq 1 ]] && grep -qF -- "--cuda-graph-max-bs must be in [1, 1024], got 0" "$TMP/err" ||
+  fail "hiq bench model --cuda-graph-max-bs 0: rc $rc, $(cat "$TMP/err")"
+pass "hiq bench model --cuda-graph-max-bs 0 is refused by name"
+rc=0
+"$HIQ" bench model --model "$root/tests/data/models/tiny-qwen3" --disable-cuda-graph --prefill 0 >"$TMP/out" \
+  2>"$TMP/err" || rc=$?
+[[ $rc -eq 1 ]] && grep -qF -- "--prefill" "$TMP/err" || fail "hiq bench model --disable-cuda-graph: rc $rc, $(cat "$TMP/err")"
+pass "hiq bench model takes --disable-cuda-graph"
+
 rc=0
 "$HIQ" bench >"$TMP/out" 2>"$TMP/err" || rc=$?
 [[ $rc -ne 0 ]] || fail "hiq bench without a benchmark name succeeded"

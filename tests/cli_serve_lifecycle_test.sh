@@ -66,6 +66,7 @@ refuse "--shutdown-timeout" --shutdown-timeout 0
 refuse "--log-level" --log-level loud
 refuse "--reasoning-parser" --reasoning-parser gpt
 refuse "--device must be cpu or cuda" --device tpu
+refuse "--cuda-graph-max-bs must be in [1, 1024]" --cuda-graph-max-bs 0
 echo "ok   out-of-range flags: exit 1 naming the flag"
 
 # A lowered --max-tokens-limit is a working server (it once aborted on its own default).

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -157,8 +158,8 @@ struct GpuModel {
   TinyModel tiny;
   std::unique_ptr<CudaModel> model;
   std::unique_ptr<DeviceKvPool> l1;
-  explicit GpuModel(const TinyModel::Spec& spec, size_t slots) : tiny(spec) {
-    auto m = make_cuda_model(tiny.shape, tiny.weights);
+  explicit GpuModel(const TinyModel::Spec& spec, size_t slots, const CudaModelOptions& options = {}) : tiny(spec) {
+    auto m = make_cuda_model(tiny.shape, tiny.weights, options);
     EXPECT_TRUE(m.is_ok()) << m.status().to_string();
     if (m) model = std::move(*m);
     auto pool = make_cuda_device_kv_pool(TinyModel::geometry_of(spec), slots);
@@ -302,6 +303,115 @@ TEST_F(GpuModelTest, AProfiledPassGivesTheSameLogitsAndTimesEachComponent) {
   EXPECT_GT(decode.other_seconds, 0.015);  // the device idles while the host sleeps in the hook
   EXPECT_GT(decode.attention_seconds, 0);
   EXPECT_GT(decode.gemm_seconds, 0);
+}
+
+// Decode through CUDA graphs: the same model twice, graphs on and off, fed
+// the same batch; each sequence has its own slots.
+struct DecodeTwins {
+  static constexpr size_t kStride = 1024;  // slots per sequence
+  GpuModel graphs, eager;
+  std::vector<std::vector<int32_t>> tokens;
+  DecodeTwins(const TinyModel::Spec& spec, int batch)
+      : graphs(spec, kStride * (static_cast<size_t>(batch) + 1)),
+        eager(spec, kStride * (static_cast<size_t>(batch) + 1), [] {
+          CudaModelOptions o;
+          o.cuda_graphs = false;
+          return o;
+        }()) {}
+  std::vector<SlotId> slots_of(size_t b, size_t n) const { return iota_slots(n, static_cast<SlotId>(b * kStride)); }
+  // Runs one pass of `batch` (first_new per sequence) on both models; the
+  // results must be the same bits. Appends each next token.
+  void step(const std::vector<size_t>& first_new, LogitsWanted logits, const BeforeLayerAttention& hook = nullptr) {
+    std::vector<std::vector<SlotId>> slots;
+    std::vector<ModelSequence> batch;
+    for (size_t b = 0; b < tokens.size(); ++b) slots.push_back(slots_of(b, tokens[b].size()));
+    for (size_t b = 0; b < tokens.size(); ++b) batch.push_back({tokens[b], slots[b], first_new[b]});
+    auto with = graphs.model->forward(*graphs.l1, batch, logits, hook);
+    auto without = eager.model->forward(*eager.l1, batch, logits);
+    ASSERT_TRUE(with.is_ok()) << with.status().to_string();
+    ASSERT_TRUE(without.is_ok()) << without.status().to_string();
+    ASSERT_EQ(with->next_tokens, without->next_tokens);
+    ASSERT_EQ(with->logits.size(), without->logits.size());
+    ASSERT_EQ(std::memcmp(with->logits.data(), without->logits.data(), with->logits.size() * sizeof(float)), 0)
+        << "the logits differ in their bits";
+    for (size_t b = 0; b < tokens.size(); ++b) tokens[b].push_back(with->next_tokens[b]);
+  }
+  void decode_step(LogitsWanted logits, const BeforeLayerAttention& hook = nullptr) {
+    std::vector<size_t> first_new;
+    for (const auto& t : tokens) first_new.push_back(t.size() - 1);
+    step(first_new, logits, hook);
+  }
+};
+
+// Decode steps replayed from CUDA graphs give the very bits of the same steps
+// launched kernel by kernel: batches in different buckets, some smaller than
+// their bucket (3 runs as 4, 13 as 16), contexts that cross a context bucket
+// (256 → 512) on the way, with and without logits.
+TEST_F(GpuModelTest, DecodeThroughCudaGraphsGivesTheBitsOfKernelByKernel) {
+  const TinyModel::Spec spec = qwen3_like();
+  for (int batch : {1, 3, 8, 13, 24}) {
+    SCOPED_TRACE(batch);
+    DecodeTwins twins(spec, batch);
+    ASSERT_TRUE(twins.graphs.model && twins.eager.model && twins.graphs.l1 && twins.eager.l1);
+    for (int b = 0; b < batch; ++b)  // prompts of 247 … 250 tokens
+      twins.tokens.push_back(random_tokens(250 - b % 4, spec.vocab_size, 40 + static_cast<uint32_t>(b)));
+    twins.step(std::vector<size_t>(static_cast<size_t>(batch), 0), LogitsWanted::kNone);  // the prefill
+    for (int i = 0; i < 14; ++i) {
+      SCOPED_TRACE(i);
+      twins.decode_step(i % 3 == 2 ? LogitsWanted::kNone : LogitsWanted::kLast);
+      if (HasFatalFailure()) return;
+    }
+    EXPECT_GT(twins.tokens[0].size(), 256u + 1) << "the contexts crossed the 256-token bucket";
+    const CudaGraphStats with = twins.graphs.model->graph_stats(), without = twins.eager.model->graph_stats();
+    std::printf("batch %d: %llu graphs captured, %llu steps replayed, %llu dropped\n", batch,
+                static_cast<unsigned long long>(with.captured), static_cast<unsigned long long>(with.replayed),
+                static_cast<unsigned long long>(with.dropped));
+    EXPECT_GE(with.captured, 2u) << "one graph per context bucket";
+    EXPECT_GE(with.replayed, 10u);
+    EXPECT_EQ(with.capture_failures, 0u);
+    EXPECT_EQ(without.captured + without.replayed, 0u);
+  }
+}
+
+// A decode step after a larger pass has grown the scratch memory (so the
+// graphs' addresses are stale) is captured again and still gives the bits of
+// kernel by kernel; so does a step with a before_attention hook, which runs
+// kernel by kernel and calls the hook for every layer.
+TEST_F(GpuModelTest, DecodeGraphsAreCapturedAgainAfterTheScratchGrows) {
+  const TinyModel::Spec spec = qwen3_like();
+  DecodeTwins twins(spec, 5);
+  ASSERT_TRUE(twins.graphs.model && twins.eager.model && twins.graphs.l1 && twins.eager.l1);
+  for (int b = 0; b < 4; ++b)
+    twins.tokens.push_back(random_tokens(60, spec.vocab_size, 70 + static_cast<uint32_t>(b)));
+  twins.step(std::vector<size_t>(4, 0), LogitsWanted::kNone);
+  for (int i = 0; i < 3; ++i) ASSERT_NO_FATAL_FAILURE(twins.decode_step(LogitsWanted::kLast));
+  const CudaGraphStats before = twins.graphs.model->graph_stats();
+  ASSERT_GE(before.replayed, 2u);
+
+  // A fifth sequence with a 900-token prompt, prefilled next to a step of
+  // the four decoding ones: every activation buffer grows. Then the four
+  // decode on in the same bucket as before.
+  const size_t workspace = twins.graphs.model->workspace_bytes();
+  twins.tokens.push_back(random_tokens(900, spec.vocab_size, 80));
+  ASSERT_NO_FATAL_FAILURE(twins.step({twins.tokens[0].size() - 1, twins.tokens[1].size() - 1,
+                                      twins.tokens[2].size() - 1, twins.tokens[3].size() - 1, 0},
+                                     LogitsWanted::kLast));
+  EXPECT_GT(twins.graphs.model->workspace_bytes(), workspace);
+  twins.tokens.pop_back();
+  for (int i = 0; i < 4; ++i) ASSERT_NO_FATAL_FAILURE(twins.decode_step(LogitsWanted::kLast));
+  const CudaGraphStats after = twins.graphs.model->graph_stats();
+  EXPECT_GE(after.dropped, before.dropped + 1) << "the stale graphs were destroyed";
+  EXPECT_GT(after.captured, before.captured) << "and the bucket was captured again";
+  EXPECT_GE(after.replayed, before.replayed + 2);
+
+  int calls = 0;
+  ASSERT_NO_FATAL_FAILURE(twins.decode_step(LogitsWanted::kLast, [&](int, void*) {
+    ++calls;
+    return Status::ok();
+  }));
+  EXPECT_EQ(calls, spec.num_layers);
+  EXPECT_EQ(twins.graphs.model->graph_stats().replayed, after.replayed) << "a step with a hook is not replayed";
+  EXPECT_EQ(twins.graphs.model->graph_stats().capture_failures, 0u);
 }
 
 TEST_F(GpuModelTest, ReadsAPrefixRestoredFromL2ThroughEachCodec) {

@@ -55,9 +55,13 @@ TEST(ModelBenchReport, JsonCarriesEachComponentWithItsRate) {
   ModelBenchReport::Decode d;
   d.batch = 8;
   d.context = 2048;
-  d.step_seconds = 0.007;
+  d.step_seconds = d.graph_step_seconds = 0.007;
+  d.eager_step_seconds = 0.009;
   d.components = c;
   r.decode.push_back(d);
+  r.cuda_graphs = true;
+  r.graphs.captured = 2;
+  r.graphs.replayed = 40;
 
   const nlohmann::json j = nlohmann::json::parse(to_json(r));
   EXPECT_EQ(j["gpu"], "test GPU");
@@ -74,7 +78,26 @@ TEST(ModelBenchReport, JsonCarriesEachComponentWithItsRate) {
   }
   EXPECT_DOUBLE_EQ(j["prefill"][0]["tokens_per_s"].get<double>(), 2048 / 0.050);
   EXPECT_EQ(j["decode"][0]["batch"], 8);
+  EXPECT_DOUBLE_EQ(j["decode"][0]["step_seconds"].get<double>(), 0.007);
+  EXPECT_DOUBLE_EQ(j["decode"][0]["graph_step_seconds"].get<double>(), 0.007);
+  EXPECT_DOUBLE_EQ(j["decode"][0]["eager_step_seconds"].get<double>(), 0.009);
+  EXPECT_EQ(j["cuda_graphs"]["enabled"], true);
+  EXPECT_EQ(j["cuda_graphs"]["captured"], 2);
+  EXPECT_EQ(j["cuda_graphs"]["replayed"], 40);
+  EXPECT_EQ(j["cuda_graphs"]["capture_failures"], 0);
   EXPECT_TRUE(j["restore"].is_array());
+}
+
+TEST(ModelBenchReport, JsonWithGraphsOffHasTheEagerStepOnly) {
+  ModelBenchReport r;
+  ModelBenchReport::Decode d;
+  d.batch = 1;
+  d.step_seconds = d.eager_step_seconds = 0.006;
+  r.decode.push_back(d);
+  const nlohmann::json j = nlohmann::json::parse(to_json(r));
+  EXPECT_EQ(j["cuda_graphs"]["enabled"], false);
+  EXPECT_TRUE(j["decode"][0]["graph_step_seconds"].is_null());
+  EXPECT_DOUBLE_EQ(j["decode"][0]["step_seconds"].get<double>(), 0.006);
 }
 
 }  // namespace

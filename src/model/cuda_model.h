@@ -13,6 +13,10 @@
 // stream)`: the place to make the stream wait, on the device, for that layer
 // of a restore (CudaTransferEngine::stream_wait_layer).
 //
+// Decode steps replay CUDA graphs, one per (batch bucket, context bucket)
+// (model/cuda_model_options.h), captured the first time a bucket is met; a
+// pass with a `before_attention` hook or a profile runs kernel by kernel.
+//
 // Numerics follow the reference (transformers in bf16) step by step: BF16
 // activations, residual stream and KV; FP32 accumulation in every product,
 // norm and softmax; logits in FP32.
@@ -21,6 +25,7 @@
 // answers kUnavailable otherwise.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -29,6 +34,7 @@
 #include "core/status.h"
 #include "memory/device_kv_pool.h"
 #include "model/cpu_forward.h"
+#include "model/cuda_model_options.h"
 
 namespace hiq {
 
@@ -72,6 +78,15 @@ struct ForwardProfile {
   }
 };
 
+// What the decode graphs have done (CudaModel::graph_stats).
+struct CudaGraphStats {
+  uint64_t captured = 0;          // graphs captured and instantiated
+  uint64_t replayed = 0;          // passes run by one graph launch
+  uint64_t capture_failures = 0;  // failed captures (logged once); their bucket ran kernel by kernel
+  uint64_t dropped = 0;           // graphs destroyed: scratch memory or the L1 pool moved, or graphs turned off
+  size_t held = 0;                // graphs held now
+};
+
 class CudaModel {
  public:
   virtual ~CudaModel() = default;
@@ -86,6 +101,11 @@ class CudaModel {
                                       const BeforeLayerAttention& before_attention = nullptr,
                                       ForwardProfile* profile = nullptr) = 0;
 
+  // Turns decode graphs on or off (off destroys them); starts as
+  // CudaModelOptions::cuda_graphs. The results are the same bits either way.
+  virtual void set_cuda_graphs(bool enabled) = 0;
+  virtual CudaGraphStats graph_stats() const = 0;
+
   // The cudaStream_t every forward pass runs on.
   virtual void* stream() const = 0;
   virtual const ModelShape& shape() const = 0;
@@ -95,8 +115,9 @@ class CudaModel {
 };
 
 // Uploads `weights` (which must match `shape`: check_weights) to the current
-// GPU. Errors: no GPU or no CUDA backend (kUnavailable), a head_dim the
-// attention kernel is not built for, or not enough device memory.
-Result<std::unique_ptr<CudaModel>> make_cuda_model(const ModelShape& shape, const CpuModelWeights& weights);
+// GPU. Errors: invalid `options`, no GPU or no CUDA backend (kUnavailable), a
+// head_dim the attention kernel is not built for, or not enough device memory.
+Result<std::unique_ptr<CudaModel>> make_cuda_model(const ModelShape& shape, const CpuModelWeights& weights,
+                                                   const CudaModelOptions& options = {});
 
 }  // namespace hiq

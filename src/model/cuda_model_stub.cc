@@ -8,7 +8,10 @@ namespace {
 Status not_built() { return unavailable("this build has no CUDA backend (configure with HIQ_CUDA=ON)"); }
 }  // namespace
 
-Result<std::unique_ptr<CudaModel>> make_cuda_model(const ModelShape&, const CpuModelWeights&) { return not_built(); }
+Result<std::unique_ptr<CudaModel>> make_cuda_model(const ModelShape&, const CpuModelWeights&,
+                                                   const CudaModelOptions&) {
+  return not_built();
+}
 
 Result<ModelBenchReport> run_model_bench(const ModelConfig&, const ModelShape&, const CpuModelWeights&,
                                          const ModelBenchOptions&, const std::function<void(size_t, size_t)>&) {

@@ -5,7 +5,9 @@
 // - Decode: one step for a batch of B sequences at C tokens of context, next
 //   to its memory-bound floor: the weights it must read (all but the
 //   embedding, which is only gathered) plus the batch's KV, over the device
-//   bandwidth measured by a device-to-device copy in the same run.
+//   bandwidth measured by a device-to-device copy in the same run. Timed
+//   kernel by kernel, then (unless graphs are off) through the CUDA graph of
+//   its bucket, from the same context; the graph's time is the headline.
 // - Restore: a prompt whose first P tokens are restored from L2 through a
 //   codec while the rest is computed (the forward pass waits for each layer
 //   of the restore on the device), against recomputing the whole prompt: its
@@ -15,7 +17,8 @@
 //
 // Prefill and decode rows also carry their components: the device time of a
 // profiled pass by stage (ForwardProfile; each component the median of a few
-// passes), with the achieved FLOP/s of the projections and of attention.
+// passes, which run kernel by kernel), with the achieved FLOP/s of the
+// projections and of attention.
 #pragma once
 
 #include <functional>
@@ -39,6 +42,7 @@ struct ModelBenchOptions {
   int restore_prompt = 2048;   // tokens of the restore rows' prompt
   int restore_prefix = 1920;   // of which restored from L2
   double seconds_per_measurement = 1.0;
+  CudaModelOptions cuda;  // cuda_graphs false: decode is timed kernel by kernel only
 };
 
 struct ModelBenchReport {
@@ -59,7 +63,9 @@ struct ModelBenchReport {
   };
   struct Decode {
     int batch = 0, context = 0;
-    double step_seconds = 0;
+    double step_seconds = 0;        // the graph's with graphs on, else the eager one
+    double eager_step_seconds = 0;  // every kernel launched
+    double graph_step_seconds = 0;  // one graph launch; 0 with graphs off
     size_t kv_bytes = 0;        // KV the step reads
     double floor_seconds = 0;   // (weights + KV) / device bandwidth
     Components components;
@@ -74,6 +80,8 @@ struct ModelBenchReport {
   };
   std::vector<Prefill> prefill;
   std::vector<Decode> decode;
+  bool cuda_graphs = false;
+  CudaGraphStats graphs;  // over the whole run
   std::vector<Restore> restore;
 };
 

@@ -43,6 +43,12 @@ std::string to_json(const ModelBenchReport& r) {
                         {"weight_bytes", r.weight_bytes},
                         {"weight_bytes_per_step", r.weight_bytes_per_step},
                         {"device_copy_bytes_per_s", r.device_copy_bytes_per_s},
+                        {"cuda_graphs",
+                         {{"enabled", r.cuda_graphs},
+                          {"captured", r.graphs.captured},
+                          {"replayed", r.graphs.replayed},
+                          {"capture_failures", r.graphs.capture_failures},
+                          {"dropped", r.graphs.dropped}}},
                         {"prefill", nlohmann::json::array()},
                         {"decode", nlohmann::json::array()},
                         {"restore", nlohmann::json::array()}};
@@ -55,6 +61,8 @@ std::string to_json(const ModelBenchReport& r) {
     out["decode"].push_back({{"batch", d.batch},
                              {"context", d.context},
                              {"step_seconds", d.step_seconds},
+                             {"eager_step_seconds", d.eager_step_seconds},
+                             {"graph_step_seconds", r.cuda_graphs ? nlohmann::json(d.graph_step_seconds) : nullptr},
                              {"kv_bytes", d.kv_bytes},
                              {"floor_seconds", d.floor_seconds},
                              {"components", components_json(d.components)}});

@@ -48,6 +48,7 @@ Status ServeConfig::validate() const {
   HIQ_RETURN_IF_ERROR(scheduler.validate());
   if (transfer_workers < 1 || transfer_workers > 256) return invalid_argument("transfer_workers must be in [1, 256]");
   if (cpu_threads < 0 || cpu_threads > 1024) return invalid_argument("cpu_threads must be in [0, 1024] (0: every core)");
+  HIQ_RETURN_IF_ERROR(cuda.validate());
   return Status::ok();
 }
 
@@ -82,7 +83,7 @@ Result<std::shared_ptr<ServingModel>> ServingModel::load(const ServeConfig& c) {
       return invalid_argument("eos_token_id " + std::to_string(id) + " is outside the vocabulary of " +
                               std::to_string(m->vocab_size_));
   if (c.device == "cuda") {
-    HIQ_ASSIGN_OR_RETURN(m->cuda_model_, make_cuda_model(m->model_->shape(), m->model_->weights()));
+    HIQ_ASSIGN_OR_RETURN(m->cuda_model_, make_cuda_model(m->model_->shape(), m->model_->weights(), c.cuda));
   }
   return m;
 }

@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "engine/serving_engine.h"
 #include "memory/host_kv_pool.h"
+#include "model/cuda_model_options.h"
 #include "server/model_files.h"
 
 namespace hiq {
@@ -39,6 +40,7 @@ struct ServeConfig {
   SchedulerOptions scheduler;       // --max-prefill-tokens, --max-running-requests
   int transfer_workers = 2;         // CPU transfer engine threads
   int cpu_threads = 0;              // --cpu-threads: the CPU forward pass's threads (process-wide); 0: every core
+  CudaModelOptions cuda;            // --device cuda: --disable-cuda-graph, --cuda-graph-max-bs
   std::string served_model_name;    // --served-model-name; empty: the directory's name
   std::string chat_template_file;   // --chat-template: a Jinja file (or a JSON with "chat_template"); empty: the model's
 

@@ -10,6 +10,7 @@
 #include "model/loaded_model.h"
 #include "model/model_bench.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/cuda_graph_flags.h"
 #include "tools/hiq/list_flag.h"
 #include "tools/hiq/table.h"
 
@@ -25,6 +26,7 @@ struct ModelBenchFlags {
   int restore_prompt = 2048;
   int restore_prefix = 1920;
   double seconds = 1.0;
+  CudaModelOptions cuda;
   bool json = false;
 };
 
@@ -46,6 +48,8 @@ Result<ModelBenchOptions> build_options(const ModelBenchFlags& f) {
   o.restore_prefix = f.restore_prefix;
   if (!(f.seconds > 0)) return invalid_argument("--seconds must be positive");
   o.seconds_per_measurement = f.seconds;
+  HIQ_RETURN_IF_ERROR(check_cuda_graph_flags(f.cuda));
+  o.cuda = f.cuda;
   return o;
 }
 
@@ -77,11 +81,17 @@ int run_model_bench_command(const ModelBenchFlags& f) {
     prefill.add_row({std::to_string(p.tokens), ms(p.seconds), format_fixed(p.tokens / p.seconds, 0)});
   prefill.print(std::cout);
   std::cout << '\n';
-  Table decode({"decode batch", "context", "step ms", "floor ms", "step / floor"});
+  // The step through its CUDA graph (the headline), and launched kernel by kernel.
+  Table decode({"decode batch", "context", r.cuda_graphs ? "graph step ms" : "step ms", "eager step ms",
+                "eager / graph", "floor ms", "step / floor"});
   for (const auto& d : r.decode)
-    decode.add_row({std::to_string(d.batch), std::to_string(d.context), ms(d.step_seconds), ms(d.floor_seconds),
-                    format_fixed(d.step_seconds / d.floor_seconds, 2)});
+    decode.add_row({std::to_string(d.batch), std::to_string(d.context), ms(d.step_seconds), ms(d.eager_step_seconds),
+                    r.cuda_graphs ? format_fixed(d.eager_step_seconds / d.graph_step_seconds, 2) + "x" : "-",
+                    ms(d.floor_seconds), format_fixed(d.step_seconds / d.floor_seconds, 2)});
   decode.print(std::cout);
+  if (r.cuda_graphs)
+    std::cout << "CUDA graphs: " << r.graphs.captured << " captured, " << r.graphs.replayed << " steps replayed, "
+              << r.graphs.capture_failures << " failed captures\n";
   std::cout << '\n';
   // Device time of a profiled pass by component (model/model_bench.h).
   Table components({"pass", "gemm ms", "gemm TFLOP/s", "attention ms", "attention TFLOP/s", "norm+elementwise ms",
@@ -125,6 +135,7 @@ std::function<int()> add_bench_model_command(CLI::App& bench) {
   app->add_option("--restore-prompt", f->restore_prompt, "Prompt tokens of the restore rows")->capture_default_str();
   app->add_option("--restore-prefix", f->restore_prefix, "Of which restored from L2")->capture_default_str();
   app->add_option("--seconds", f->seconds, "Repeat each measurement about this long")->capture_default_str();
+  add_cuda_graph_flags(app, f->cuda);
   app->add_flag("--json", f->json, "Print JSON");
   return [f, app] { return app->parsed() ? run_model_bench_command(*f) : -1; };
 }

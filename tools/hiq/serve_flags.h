@@ -8,6 +8,7 @@
 #include "codec/codec.h"
 #include "core/units.h"
 #include "server/http_server.h"
+#include "tools/hiq/cuda_graph_flags.h"
 #include "tools/hiq/flag_errors.h"
 #include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/scheduler_flags.h"
@@ -39,7 +40,8 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
                                                      {"max_total_tokens", "--max-total-tokens"},
                                                      {"max_prefill_tokens", "--max-prefill-tokens"},
                                                      {"max_running_requests", "--max-running-requests"},
-                                                     {"cpu_threads", "--cpu-threads"}}));
+                                                     {"cpu_threads", "--cpu-threads"},
+                                                     {"cuda_graph_max_batch", "--cuda-graph-max-bs"}}));
   return c;
 }
 
@@ -55,6 +57,7 @@ inline void add_stack_flags(CLI::App* app, ServeFlags& flags) {
   app->add_option("--page-size", f->config.page_size, "Tokens per page")->capture_default_str();
   app->add_option("--cpu-threads", f->config.cpu_threads, "--device cpu: threads of the forward pass (0: every core)")
       ->capture_default_str();
+  add_cuda_graph_flags(app, f->config.cuda);
   add_host_tier_flags(app, f->host);
   add_scheduler_flags(app, f->scheduler);
   app->add_option("--max-queued-requests", f->max_queued_requests,

@@ -11,9 +11,12 @@
 // one copy from a pinned staging buffer; the pass ends with one copy of the
 // results back and a stream synchronisation. A profiled pass (ForwardProfile)
 // also records an event at each boundary between stages of another kind.
+// A decode batch runs at its bucket's shape and, after the bucket's first
+// step, as one launch of the bucket's CUDA graph (decode_graphs.h).
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -23,7 +26,9 @@
 #include "cuda/buffers.h"
 #include "cuda/check.cuh"
 #include "model/cuda/attention.h"
+#include "model/cuda/decode_graphs.h"
 #include "model/cuda/model_kernels.h"
+#include "model/cuda/stage_marks.h"
 #include "model/cuda_model.h"
 
 namespace hiq {
@@ -41,16 +46,18 @@ struct CublasDestroy {
 };
 using CublasHandle = cuda::Owned<cublasHandle_t, CublasDestroy>;
 
-// Device memory that grows to the largest size asked for (contents are not kept).
+// Device memory that grows to the largest size asked for (contents are not
+// kept); growing to `wanted` allocates max(wanted, allocate).
 struct Scratch {
   cuda::DeviceMemory memory;
   size_t bytes = 0;
-  Status reserve(size_t wanted, const char* what) {
+  Status reserve(size_t wanted, const char* what, size_t allocate = 0) {
     if (wanted <= bytes) return Status::ok();
     memory.reset();
     bytes = 0;
-    HIQ_ASSIGN_OR_RETURN(memory, cuda::device_alloc(wanted, what));
-    bytes = wanted;
+    allocate = std::max(wanted, allocate);
+    HIQ_ASSIGN_OR_RETURN(memory, cuda::device_alloc(allocate, what));
+    bytes = allocate;
     return Status::ok();
   }
   template <typename T>
@@ -104,71 +111,44 @@ struct DeviceLayer {
   cuda::DeviceMemory input_norm, qkv, qkv_bias, q_norm, k_norm, o_proj, o_bias, post_norm, gate_up, down;
 };
 
+// A pass as its kernels see it. A decode batch of B ≤ cuda_graph_max_batch
+// sequences runs at its bucket (model/cuda_model_options.h): `rows` rows and
+// sequence-table entries, those past B padding, and attention sized for the
+// context bucket; everything here is then a function of the bucket.
+struct PassShape {
+  int rows = 0;        // new tokens, padding included: the rows of every activation
+  int sequences = 0;   // sequence-table entries, padding included
+  int logit_rows = 0;  // rows the LM head computes
+  int max_q_len = 0;
+  int max_kv_len = 0;  // what attention's context splits are sized for
+  bool decode = false;  // a decode batch at its bucket: its kernels can be a graph's
+  cuda::DecodeGraphs::Key key() const { return {rows, max_kv_len}; }
+};
+
 // The per-pass inputs, laid out in one buffer (offsets in bytes, 16-aligned).
+// The context slot table comes last: the steps of a decode bucket differ in
+// its length only, so every array keeps its address from step to step.
 struct PassLayout {
-  size_t tokens = 0, positions = 0, slots = 0, sequences = 0, context_slots = 0, logit_rows = 0, bytes = 0;
+  size_t tokens = 0, positions = 0, slots = 0, sequences = 0, logit_rows = 0, context_slots = 0, bytes = 0;
 };
 
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
-// The components of ForwardProfile.
-enum class Stage : uint8_t { kGemm, kAttention, kNormElementwise, kLmHead, kOther };
-
-// The events of a profiled pass: mark() opens a stage on the stream (a no-op
-// when the pass is not profiled, or when the stage is of the kind already
-// open), finish() closes the last one, read() charges the time between marks
-// once the stream has synchronised. Events are created on first use and
-// reused by later passes.
-class StageMarks {
- public:
-  void begin(bool profiled) {
-    on_ = profiled;
-    used_ = 0;
-  }
-  Status mark(Stage stage, cudaStream_t stream) {
-    if (!on_ || (used_ > 0 && stages_[used_ - 1] == stage)) return Status::ok();
-    return record(stage, stream);
-  }
-  Status finish(cudaStream_t stream) { return on_ ? record(Stage::kOther, stream) : Status::ok(); }
-  Result<ForwardProfile> read() const {
-    ForwardProfile p;
-    for (size_t i = 0; i + 1 < used_; ++i) {
-      float ms = 0;
-      HIQ_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, events_[i].get(), events_[i + 1].get()));
-      const double seconds = ms * 1e-3;
-      switch (stages_[i]) {
-        case Stage::kGemm: p.gemm_seconds += seconds; break;
-        case Stage::kAttention: p.attention_seconds += seconds; break;
-        case Stage::kNormElementwise: p.norm_elementwise_seconds += seconds; break;
-        case Stage::kLmHead: p.lm_head_seconds += seconds; break;
-        case Stage::kOther: p.other_seconds += seconds; break;
-      }
-    }
-    return p;
-  }
-
- private:
-  Status record(Stage stage, cudaStream_t stream) {
-    if (used_ == events_.size()) {
-      HIQ_ASSIGN_OR_RETURN(cuda::Event e, cuda::make_event(/*timing=*/true));
-      events_.push_back(std::move(e));
-      stages_.push_back(stage);
-    }
-    stages_[used_] = stage;
-    HIQ_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[used_].get(), stream));
-    ++used_;
-    return Status::ok();
-  }
-
-  bool on_ = false;
-  size_t used_ = 0;
-  std::vector<cuda::Event> events_;
-  std::vector<Stage> stages_;
-};
+PassLayout layout_of(const PassShape& p, size_t context) {
+  PassLayout l;
+  l.positions = align16(l.tokens + static_cast<size_t>(p.rows) * sizeof(int32_t));
+  l.slots = align16(l.positions + static_cast<size_t>(p.rows) * sizeof(int32_t));
+  l.sequences = align16(l.slots + static_cast<size_t>(p.rows) * sizeof(uint32_t));
+  l.logit_rows = align16(l.sequences + static_cast<size_t>(p.sequences) * sizeof(cuda::AttentionSequence));
+  l.context_slots = align16(l.logit_rows + static_cast<size_t>(p.logit_rows) * sizeof(int32_t));
+  l.bytes = align16(l.context_slots + context * sizeof(uint32_t));
+  return l;
+}
 
 class CudaModelImpl final : public CudaModel {
  public:
-  static Result<std::unique_ptr<CudaModel>> create(const ModelShape& shape, const CpuModelWeights& weights);
+  static Result<std::unique_ptr<CudaModel>> create(const ModelShape& shape, const CpuModelWeights& weights,
+                                                   const CudaModelOptions& options);
 
   Result<ModelOutput> forward(DeviceKvPool& l1, std::span<const ModelSequence> batch, LogitsWanted logits,
                               const BeforeLayerAttention& before_attention, ForwardProfile* profile) override;
@@ -176,17 +156,35 @@ class CudaModelImpl final : public CudaModel {
   const ModelShape& shape() const override { return shape_; }
   size_t weight_bytes() const override { return weight_bytes_; }
   size_t workspace_bytes() const override;
+  void set_cuda_graphs(bool enabled) override {
+    graphs_on_ = enabled;
+    if (!enabled) graphs_.drop();
+  }
+  CudaGraphStats graph_stats() const override { return graphs_.stats(); }
 
  private:
   Status upload(const CpuModelWeights& w);
   // y[m][n] = x[m][k] · w[n][k]ᵀ, y in BF16 or FP32.
   Status gemm(const bf16* x, int m, const bf16* w, int n, int k, void* y, cudaDataType_t y_type);
-  Status mark(Stage stage) { return marks_.mark(stage, stream_.get()); }
-  Status run(DeviceKvPool& l1, std::span<const ModelSequence> batch, LogitsWanted logits,
-             const BeforeLayerAttention& before_attention, int tokens, int logit_rows, int max_q_len,
-             int max_kv_len, const PassLayout& layout);
+  Status mark(cuda::Stage stage) { return marks_.mark(stage, stream_.get()); }
+  cuda::AttentionArgs attention_args(const PassShape& p) const;  // without its pointers
+  // The steps of a pass on the stream: prepare sizes the scratch for it (and
+  // binds the decode graphs to the scratch and the pool) and uploads the
+  // inputs; enqueue launches the kernels, embedding to argmax — what a decode
+  // graph holds; download brings the real rows' results back to staging.
+  Status prepare(DeviceKvPool& l1, const PassShape& p, const PassLayout& layout, bool graph);
+  Status enqueue(DeviceKvPool& l1, const PassShape& p, const PassLayout& layout,
+                 const BeforeLayerAttention& before_attention);
+  Status download(LogitsWanted logits, int logit_rows);
+  std::array<const Scratch*, 12> scratch() const {
+    return {&x_,    &normed_, &qkv_,    &attn_, &delta_,        &gate_up_,
+            &act_,  &rows_,   &logits_, &next_, &attention_ws_, &inputs_};
+  }
+  // Every address a decode graph holds that can move: the scratch, the pool's planes.
+  std::vector<const void*> graph_addresses(DeviceKvPool& l1) const;
 
   ModelShape shape_;
+  CudaModelOptions options_;
   int multiprocessors_ = 0;
   cuda::Stream stream_;
   CublasHandle cublas_;
@@ -198,10 +196,14 @@ class CudaModelImpl final : public CudaModel {
   Scratch x_, normed_, qkv_, attn_, delta_, gate_up_, act_, rows_, logits_, next_, attention_ws_, inputs_;
   cuda::PinnedMemory staging_;  // host side of inputs_ and of the results
   size_t staging_bytes_ = 0;
-  StageMarks marks_;
+  cuda::StageMarks marks_;
+  cuda::DecodeGraphs graphs_;
+  bool graphs_on_ = true;
 };
 
-Result<std::unique_ptr<CudaModel>> CudaModelImpl::create(const ModelShape& shape, const CpuModelWeights& weights) {
+Result<std::unique_ptr<CudaModel>> CudaModelImpl::create(const ModelShape& shape, const CpuModelWeights& weights,
+                                                         const CudaModelOptions& options) {
+  HIQ_RETURN_IF_ERROR(options.validate());
   HIQ_RETURN_IF_ERROR(check_weights(shape, weights));
   if (!cuda::attention_head_dim_supported(shape.head_dim))
     return invalid_argument("the CUDA backend has no attention kernel for head_dim " + std::to_string(shape.head_dim) +
@@ -209,6 +211,8 @@ Result<std::unique_ptr<CudaModel>> CudaModelImpl::create(const ModelShape& shape
   HIQ_RETURN_IF_ERROR(cuda::require_gpu());
   auto model = std::unique_ptr<CudaModelImpl>(new CudaModelImpl());
   model->shape_ = shape;
+  model->options_ = options;
+  model->graphs_on_ = options.cuda_graphs;
   int device = 0;
   HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   HIQ_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&model->multiprocessors_, cudaDevAttrMultiProcessorCount, device));
@@ -265,9 +269,7 @@ Status CudaModelImpl::upload(const CpuModelWeights& w) {
 
 size_t CudaModelImpl::workspace_bytes() const {
   size_t total = 0;
-  for (const Scratch* s : {&x_, &normed_, &qkv_, &attn_, &delta_, &gate_up_, &act_, &rows_, &logits_, &next_,
-                           &attention_ws_, &inputs_})
-    total += s->bytes;
+  for (const Scratch* s : scratch()) total += s->bytes;
   return total;
 }
 
@@ -296,15 +298,22 @@ Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const Mod
   if (tokens > INT32_MAX / 2 || context > UINT32_MAX / 2) return out_of_range("forward: the batch is too large");
   const size_t logit_rows = logits == LogitsWanted::kAll ? tokens : batch.size();
 
-  PassLayout layout;
-  layout.tokens = 0;
-  layout.positions = align16(layout.tokens + tokens * sizeof(int32_t));
-  layout.slots = align16(layout.positions + tokens * sizeof(int32_t));
-  layout.sequences = align16(layout.slots + tokens * sizeof(uint32_t));
-  layout.context_slots = align16(layout.sequences + batch.size() * sizeof(cuda::AttentionSequence));
-  layout.logit_rows = align16(layout.context_slots + context * sizeof(uint32_t));
-  layout.bytes = align16(layout.logit_rows + logit_rows * sizeof(int32_t));
-  // The staging buffer carries the inputs up, then the results back.
+  PassShape p;
+  p.rows = static_cast<int>(tokens);
+  p.sequences = static_cast<int>(batch.size());
+  p.logit_rows = static_cast<int>(logit_rows);
+  p.max_q_len = max_q_len;
+  p.max_kv_len = max_kv_len;
+  // Every sequence brings one token: a decode batch, at its bucket's shape.
+  const int bucket = max_q_len == 1 ? decode_batch_bucket(p.sequences, options_.cuda_graph_max_batch) : 0;
+  if (bucket > 0) {
+    p.rows = p.sequences = p.logit_rows = bucket;
+    p.max_kv_len = decode_context_bucket(max_kv_len);
+    p.decode = true;
+  }
+  const PassLayout layout = layout_of(p, context);
+
+  // The staging buffer carries the inputs up, then the results (of the real rows) back.
   const size_t result_bytes = align16(logit_rows * sizeof(int32_t)) +
                               (logits == LogitsWanted::kNone ? 0 : logit_rows * shape_.vocab_size * sizeof(float));
   const size_t staging = std::max(layout.bytes, align16(result_bytes));
@@ -319,8 +328,8 @@ Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const Mod
   auto* positions = reinterpret_cast<int32_t*>(host + layout.positions);
   auto* slots = reinterpret_cast<uint32_t*>(host + layout.slots);
   auto* sequences = reinterpret_cast<cuda::AttentionSequence*>(host + layout.sequences);
-  auto* context_slots = reinterpret_cast<uint32_t*>(host + layout.context_slots);
   auto* rows = reinterpret_cast<int32_t*>(host + layout.logit_rows);
+  auto* context_slots = reinterpret_cast<uint32_t*>(host + layout.context_slots);
   int32_t q_start = 0, slot_start = 0;
   size_t row = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
@@ -338,10 +347,31 @@ Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const Mod
     q_start += n - first;
     slot_start += n;
   }
+  // The padding of a decode batch: token 0 at position 0, storing no KV and
+  // attending to the first context token of sequence 0, so that every value
+  // it computes is finite; its rows stay its own through every kernel.
+  for (int b = static_cast<int>(batch.size()); b < p.sequences; ++b) {
+    token_ids[b] = 0;
+    positions[b] = 0;
+    slots[b] = cuda::kNoKvSlot;
+    sequences[b] = {b, 1, 1, 0};
+    rows[b] = b;
+  }
 
   marks_.begin(profile != nullptr);
-  const Status status = run(l1, batch, logits, before_attention, static_cast<int>(tokens),
-                            static_cast<int>(logit_rows), max_q_len, max_kv_len, layout);
+  // A restore's waits are on events of that restore, which a graph cannot
+  // take from one step to the next: such a pass runs kernel by kernel (a
+  // restored prompt computes at least its last token, so it is rarely a
+  // decode batch anyway). A profiled pass records events between kernels.
+  const bool graph = p.decode && graphs_on_ && !before_attention && profile == nullptr;
+  auto state = cuda::DecodeGraphs::State::kFailed;
+  Status status = prepare(l1, p, layout, graph);
+  if (status.is_ok() && graph) state = graphs_.state(p.key());
+  if (status.is_ok()) {
+    status = state == cuda::DecodeGraphs::State::kCaptured ? graphs_.launch(p.key(), stream_.get())
+                                                           : enqueue(l1, p, layout, before_attention);
+  }
+  if (status.is_ok()) status = download(logits, static_cast<int>(logit_rows));
   // Whatever happened, nothing may still be using the staging buffer or the
   // scratch space when we return.
   const Status synced = cuda::cuda_status(cudaStreamSynchronize(stream_.get()), "forward");
@@ -350,6 +380,10 @@ Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const Mod
   if (profile != nullptr) {
     HIQ_ASSIGN_OR_RETURN(*profile, marks_.read());
   }
+  // The bucket's first step ran kernel by kernel (which also loads every
+  // kernel it needs, so none loads during the capture); the next replay it.
+  if (state == cuda::DecodeGraphs::State::kNew)
+    graphs_.capture(p.key(), stream_.get(), [&] { return enqueue(l1, p, layout, nullptr); });
 
   ModelOutput out;
   const auto* next = reinterpret_cast<const int32_t*>(host);
@@ -370,28 +404,37 @@ Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const Mod
   return out;
 }
 
-Status CudaModelImpl::run(DeviceKvPool& l1, std::span<const ModelSequence> batch, LogitsWanted logits,
-                          const BeforeLayerAttention& before_attention, int tokens, int logit_rows, int max_q_len,
-                          int max_kv_len, const PassLayout& layout) {
+cuda::AttentionArgs CudaModelImpl::attention_args(const PassShape& p) const {
+  cuda::AttentionArgs a;
+  a.num_sequences = p.sequences;
+  a.max_q_len = p.max_q_len;
+  a.max_kv_len = p.max_kv_len;
+  a.num_tokens = p.rows;
+  a.heads = shape_.num_heads;
+  a.kv_heads = shape_.num_kv_heads;
+  a.head_dim = shape_.head_dim;
+  a.scale = 1.f / std::sqrt(static_cast<float>(shape_.head_dim));
+  a.kernel = cuda::attention_kernel_for(a, multiprocessors_);
+  a.splits = cuda::attention_splits(a, multiprocessors_);
+  return a;
+}
+
+std::vector<const void*> CudaModelImpl::graph_addresses(DeviceKvPool& l1) const {
+  std::vector<const void*> addresses;
+  for (const Scratch* s : scratch()) addresses.push_back(s->memory.get());
+  for (int layer = 0; layer < shape_.num_layers; ++layer)
+    for (KvPart part : {KvPart::kK, KvPart::kV}) addresses.push_back(l1.plane(layer, part));
+  return addresses;
+}
+
+Status CudaModelImpl::prepare(DeviceKvPool& l1, const PassShape& p, const PassLayout& layout, bool graph) {
   const ModelShape& s = shape_;
-  const cudaStream_t stream = stream_.get();
   const int hidden = s.hidden_size, q_out = s.num_heads * s.head_dim, kv_out = s.num_kv_heads * s.head_dim;
   const int qkv_out = q_out + 2 * kv_out, inter = s.intermediate_size;
-  const auto t = static_cast<size_t>(tokens);
-
-  cuda::AttentionArgs attention;
-  attention.num_sequences = static_cast<int>(batch.size());
-  attention.max_q_len = max_q_len;
-  attention.max_kv_len = max_kv_len;
-  attention.num_tokens = tokens;
-  attention.heads = s.num_heads;
-  attention.kv_heads = s.num_kv_heads;
-  attention.head_dim = s.head_dim;
-  attention.scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  attention.kernel = cuda::attention_kernel_for(attention, multiprocessors_);
-  attention.splits = cuda::attention_splits(attention, multiprocessors_);
-
-  HIQ_RETURN_IF_ERROR(inputs_.reserve(layout.bytes, "forward inputs"));
+  const auto t = static_cast<size_t>(p.rows), logit_rows = static_cast<size_t>(p.logit_rows);
+  // A decode batch's context grows a token a step: room for twice as much
+  // keeps the buffer (and the graphs that read it) in place for a while.
+  HIQ_RETURN_IF_ERROR(inputs_.reserve(layout.bytes, "forward inputs", p.decode ? 2 * layout.bytes : 0));
   HIQ_RETURN_IF_ERROR(x_.reserve(t * hidden * sizeof(bf16), "residual stream"));
   HIQ_RETURN_IF_ERROR(normed_.reserve(t * hidden * sizeof(bf16), "normalised activations"));
   HIQ_RETURN_IF_ERROR(qkv_.reserve(t * qkv_out * sizeof(bf16), "qkv"));
@@ -399,21 +442,34 @@ Status CudaModelImpl::run(DeviceKvPool& l1, std::span<const ModelSequence> batch
   HIQ_RETURN_IF_ERROR(delta_.reserve(t * hidden * sizeof(bf16), "layer output"));
   HIQ_RETURN_IF_ERROR(gate_up_.reserve(t * 2 * inter * sizeof(bf16), "gate_up"));
   HIQ_RETURN_IF_ERROR(act_.reserve(t * inter * sizeof(bf16), "mlp activation"));
-  HIQ_RETURN_IF_ERROR(rows_.reserve(static_cast<size_t>(logit_rows) * hidden * sizeof(bf16), "lm_head input"));
-  HIQ_RETURN_IF_ERROR(logits_.reserve(static_cast<size_t>(logit_rows) * s.vocab_size * sizeof(float), "logits"));
-  HIQ_RETURN_IF_ERROR(next_.reserve(static_cast<size_t>(logit_rows) * sizeof(int32_t), "next tokens"));
+  HIQ_RETURN_IF_ERROR(rows_.reserve(logit_rows * hidden * sizeof(bf16), "lm_head input"));
+  HIQ_RETURN_IF_ERROR(logits_.reserve(logit_rows * s.vocab_size * sizeof(float), "logits"));
+  HIQ_RETURN_IF_ERROR(next_.reserve(logit_rows * sizeof(int32_t), "next tokens"));
   HIQ_RETURN_IF_ERROR(attention_ws_.reserve(
-      cuda::attention_workspace_floats(attention.splits, tokens, s.num_heads, s.head_dim) * sizeof(float),
+      cuda::attention_workspace_floats(attention_args(p).splits, p.rows, s.num_heads, s.head_dim) * sizeof(float),
       "attention workspace"));
+  if (graph) graphs_.bind(graph_addresses(l1));
 
-  HIQ_RETURN_IF_ERROR(mark(Stage::kOther));
-  HIQ_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(inputs_.memory.get(), staging_.get(), layout.bytes, cudaMemcpyHostToDevice, stream));
+  HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kOther));
+  return cuda::cuda_status(
+      cudaMemcpyAsync(inputs_.memory.get(), staging_.get(), layout.bytes, cudaMemcpyHostToDevice, stream_.get()),
+      "forward inputs upload");
+}
+
+Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLayout& layout,
+                              const BeforeLayerAttention& before_attention) {
+  const ModelShape& s = shape_;
+  const cudaStream_t stream = stream_.get();
+  const int hidden = s.hidden_size, q_out = s.num_heads * s.head_dim, kv_out = s.num_kv_heads * s.head_dim;
+  const int qkv_out = q_out + 2 * kv_out, inter = s.intermediate_size;
+  const int tokens = p.rows, logit_rows = p.logit_rows;
+
   const auto* in = inputs_.as<std::byte>();
   const auto* token_ids = reinterpret_cast<const int32_t*>(in + layout.tokens);
   const auto* positions = reinterpret_cast<const int32_t*>(in + layout.positions);
   const auto* slots = reinterpret_cast<const uint32_t*>(in + layout.slots);
   const auto* rows = reinterpret_cast<const int32_t*>(in + layout.logit_rows);
+  cuda::AttentionArgs attention = attention_args(p);
   attention.sequences = reinterpret_cast<const cuda::AttentionSequence*>(in + layout.sequences);
   attention.slots = reinterpret_cast<const uint32_t*>(in + layout.context_slots);
   attention.workspace = attention_ws_.as<float>();
@@ -422,16 +478,16 @@ Status CudaModelImpl::run(DeviceKvPool& l1, std::span<const ModelSequence> batch
   bf16* normed = normed_.as<bf16>();
   bf16* qkv = qkv_.as<bf16>();
   bf16* delta = delta_.as<bf16>();
-  HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
+  HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
   HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(static_cast<const bf16*>(embed_.get()), token_ids, tokens, hidden, x,
                                                stream));
   for (int layer = 0; layer < s.num_layers; ++layer) {
     const DeviceLayer& w = layers_[static_cast<size_t>(layer)];
-    HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
     HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, layer == 0 ? nullptr : delta,
                                                   static_cast<const bf16*>(w.input_norm.get()), tokens, hidden,
                                                   s.rms_norm_eps, normed, stream));
-    HIQ_RETURN_IF_ERROR(mark(Stage::kGemm));
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
     HIQ_RETURN_IF_ERROR(gemm(normed, tokens, static_cast<const bf16*>(w.qkv.get()), qkv_out, hidden, qkv, CUDA_R_16BF));
 
     auto* k_plane = reinterpret_cast<bf16*>(l1.plane(layer, KvPart::kK));
@@ -452,11 +508,11 @@ Status CudaModelImpl::run(DeviceKvPool& l1, std::span<const ModelSequence> batch
     qa.heads = s.num_heads;
     qa.kv_heads = s.num_kv_heads;
     qa.head_dim = s.head_dim;
-    HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
     HIQ_RETURN_IF_ERROR(cuda::launch_qkv_finish(qa, stream));
 
     if (before_attention) {
-      HIQ_RETURN_IF_ERROR(mark(Stage::kOther));
+      HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kOther));
       HIQ_RETURN_IF_ERROR(before_attention(layer, stream));
     }
     attention.q = qkv;
@@ -464,52 +520,55 @@ Status CudaModelImpl::run(DeviceKvPool& l1, std::span<const ModelSequence> batch
     attention.out = attn_.as<bf16>();
     attention.k_plane = k_plane;
     attention.v_plane = v_plane;
-    HIQ_RETURN_IF_ERROR(mark(Stage::kAttention));
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kAttention));
     HIQ_RETURN_IF_ERROR(cuda::launch_attention(attention, stream));
 
-    HIQ_RETURN_IF_ERROR(mark(Stage::kGemm));
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
     HIQ_RETURN_IF_ERROR(gemm(attn_.as<bf16>(), tokens, static_cast<const bf16*>(w.o_proj.get()), hidden, q_out, delta,
                              CUDA_R_16BF));
-    HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
     if (w.o_bias) HIQ_RETURN_IF_ERROR(cuda::launch_add_bias(delta, static_cast<const bf16*>(w.o_bias.get()), tokens,
                                                             hidden, stream));
     HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, delta, static_cast<const bf16*>(w.post_norm.get()), tokens,
                                                   hidden, s.rms_norm_eps, normed, stream));
-    HIQ_RETURN_IF_ERROR(mark(Stage::kGemm));
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
     HIQ_RETURN_IF_ERROR(gemm(normed, tokens, static_cast<const bf16*>(w.gate_up.get()), 2 * inter, hidden,
                              gate_up_.as<bf16>(), CUDA_R_16BF));
-    HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
     HIQ_RETURN_IF_ERROR(cuda::launch_silu_mul(gate_up_.as<bf16>(), tokens, inter, act_.as<bf16>(), stream));
-    HIQ_RETURN_IF_ERROR(mark(Stage::kGemm));
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
     HIQ_RETURN_IF_ERROR(
         gemm(act_.as<bf16>(), tokens, static_cast<const bf16*>(w.down.get()), hidden, inter, delta, CUDA_R_16BF));
   }
-  HIQ_RETURN_IF_ERROR(mark(Stage::kNormElementwise));
+  HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
   HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, delta, static_cast<const bf16*>(final_norm_.get()), tokens, hidden,
                                                 s.rms_norm_eps, normed, stream));
   HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(normed, rows, logit_rows, hidden, rows_.as<bf16>(), stream));
-  HIQ_RETURN_IF_ERROR(mark(Stage::kLmHead));
+  HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kLmHead));
   HIQ_RETURN_IF_ERROR(gemm(rows_.as<bf16>(), logit_rows, static_cast<const bf16*>(lm_head_.get()), s.vocab_size,
                            hidden, logits_.as<float>(), CUDA_R_32F));
-  HIQ_RETURN_IF_ERROR(cuda::launch_argmax(logits_.as<float>(), logit_rows, s.vocab_size, next_.as<int32_t>(), stream));
+  return cuda::launch_argmax(logits_.as<float>(), logit_rows, s.vocab_size, next_.as<int32_t>(), stream);
+}
 
-  // Results into the staging buffer: the argmax of every logit row, then the logits.
-  HIQ_RETURN_IF_ERROR(mark(Stage::kOther));
+Status CudaModelImpl::download(LogitsWanted logits, int logit_rows) {
+  // Into the staging buffer: the argmax of each real logit row, then the logits.
+  const cudaStream_t stream = stream_.get();
+  HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kOther));
   auto* host = static_cast<std::byte*>(staging_.get());
-  HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, next_.memory.get(), static_cast<size_t>(logit_rows) * sizeof(int32_t),
-                                           cudaMemcpyDeviceToHost, stream));
+  const auto rows = static_cast<size_t>(logit_rows);
+  HIQ_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host, next_.memory.get(), rows * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
   if (logits != LogitsWanted::kNone)
-    HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host + align16(static_cast<size_t>(logit_rows) * sizeof(int32_t)),
-                                             logits_.memory.get(),
-                                             static_cast<size_t>(logit_rows) * s.vocab_size * sizeof(float),
-                                             cudaMemcpyDeviceToHost, stream));
+    HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host + align16(rows * sizeof(int32_t)), logits_.memory.get(),
+                                             rows * shape_.vocab_size * sizeof(float), cudaMemcpyDeviceToHost, stream));
   return marks_.finish(stream);
 }
 
 }  // namespace
 
-Result<std::unique_ptr<CudaModel>> make_cuda_model(const ModelShape& shape, const CpuModelWeights& weights) {
-  return CudaModelImpl::create(shape, weights);
+Result<std::unique_ptr<CudaModel>> make_cuda_model(const ModelShape& shape, const CpuModelWeights& weights,
+                                                   const CudaModelOptions& options) {
+  return CudaModelImpl::create(shape, weights, options);
 }
 
 }  // namespace hiq

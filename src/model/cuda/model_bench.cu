@@ -83,7 +83,8 @@ Result<ModelBenchReport> run_model_bench(const ModelConfig& config, const ModelS
   HIQ_ASSIGN_OR_RETURN(const std::vector<cuda::GpuInfo> gpus, cuda::query_gpus());
   ModelBenchReport report;
   report.gpu = gpus.front().name;
-  HIQ_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model, make_cuda_model(shape, weights));
+  HIQ_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model, make_cuda_model(shape, weights, o.cuda));
+  report.cuda_graphs = o.cuda.cuda_graphs;
   report.weight_bytes = model->weight_bytes();
   report.weight_bytes_per_step =
       report.weight_bytes - static_cast<size_t>(shape.vocab_size) * static_cast<size_t>(shape.hidden_size) * 2;
@@ -145,14 +146,29 @@ Result<ModelBenchReport> run_model_bench(const ModelConfig& config, const ModelS
       sequences.clear();
       for (int b = 0; b < batch; ++b)
         sequences.push_back({tokens[b], std::span(seq_slots[b]).first(tokens[b].size()), tokens[b].size() - 1});
-      HIQ_ASSIGN_OR_RETURN(const ModelOutput out, model->forward(*l1, sequences, LogitsWanted::kNone, nullptr, profile));
+      HIQ_ASSIGN_OR_RETURN(const ModelOutput out,
+                           model->forward(*l1, sequences, LogitsWanted::kNone, nullptr, profile));
       for (int b = 0; b < batch; ++b) tokens[b].push_back(out.next_tokens[b]);
       return Status::ok();
+    };
+    // Each measurement starts from the prefilled context (the steps rewrite
+    // the same slots with the same KV).
+    const size_t prefilled = tokens[0].size();
+    const auto timed_steps = [&](bool graphs) -> Result<double> {
+      for (auto& t : tokens) t.resize(prefilled);
+      model->set_cuda_graphs(graphs);
+      return median_seconds(std::min(budget, 1.0), [&] { return step(nullptr); });
     };
     ModelBenchReport::Decode row;
     row.batch = batch;
     row.context = o.decode_context;
-    HIQ_ASSIGN_OR_RETURN(row.step_seconds, median_seconds(std::min(budget, 1.0), [&] { return step(nullptr); }));
+    HIQ_ASSIGN_OR_RETURN(row.eager_step_seconds, timed_steps(false));
+    row.step_seconds = row.eager_step_seconds;
+    if (o.cuda.cuda_graphs) {
+      HIQ_ASSIGN_OR_RETURN(row.graph_step_seconds, timed_steps(true));
+      row.step_seconds = row.graph_step_seconds;
+    }
+    for (auto& t : tokens) t.resize(prefilled);
     HIQ_ASSIGN_OR_RETURN(row.components.seconds, median_profile(step));
     row.components.gemm_flops = layer_gemm_flops(shape, batch);
     // At the context of the middle one of the profiled steps (the last ones).
@@ -212,6 +228,7 @@ Result<ModelBenchReport> run_model_bench(const ModelConfig& config, const ModelS
     report.restore.push_back(row);
     tick();
   }
+  report.graphs = model->graph_stats();
   return report;
 }
 

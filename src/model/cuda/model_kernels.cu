@@ -110,6 +110,7 @@ __global__ void qkv_finish_kernel(QkvArgs a) {
   const int width = (a.heads + 2 * a.kv_heads) * d;
   bf16* row = a.qkv + static_cast<int64_t>(t) * width;
   const float position = static_cast<float>(a.positions[t]);
+  const bool store = a.slots[t] != kNoKvSlot;
   for (int head = warp; head < a.heads + 2 * a.kv_heads; head += blockDim.x / 32) {
     bf16* x = row + head * d;
     const bf16* bias = a.bias != nullptr ? a.bias + head * d : nullptr;
@@ -130,6 +131,7 @@ __global__ void qkv_finish_kernel(QkvArgs a) {
       }
     }
     const bool is_q = head < a.heads, is_k = !is_q && head < a.heads + a.kv_heads;
+    if (!is_q && !store) continue;
     if (!is_q && !is_k) {  // v: straight into L1
       bf16* dst = a.v_plane + static_cast<int64_t>(a.slots[t]) * a.kv_heads * d + (head - a.heads - a.kv_heads) * d;
 #pragma unroll

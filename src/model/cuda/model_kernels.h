@@ -32,14 +32,16 @@ Status launch_add_bias(bf16* x, const bf16* bias, int rows, int width, cudaStrea
 
 // The step between the QKV projection and attention, for each new token:
 // adds the QKV bias, applies q/k-norm (per head) and RoPE to q and k, writes q
-// back in place and k, v into the token's L1 slot.
+// back in place and k, v into the token's L1 slot — none for a token whose
+// slot is kNoKvSlot (the padding rows of a decode batch).
+inline constexpr uint32_t kNoKvSlot = UINT32_MAX;
 struct QkvArgs {
   bf16* qkv = nullptr;            // [tokens][(heads + 2·kv_heads)·head_dim]: q | k | v
   const bf16* bias = nullptr;     // [(heads + 2·kv_heads)·head_dim] or null
   const bf16* q_norm = nullptr;   // [head_dim] or null (no QK-norm)
   const bf16* k_norm = nullptr;
   const int32_t* positions = nullptr;  // [tokens]
-  const uint32_t* slots = nullptr;     // [tokens]: where each token's K and V go
+  const uint32_t* slots = nullptr;     // [tokens]: where each token's K and V go, or kNoKvSlot
   bf16* k_plane = nullptr;        // L1 planes of the layer, rows of [kv_heads][head_dim]
   bf16* v_plane = nullptr;
   const float* inv_freq = nullptr;  // [head_dim / 2]

@@ -133,11 +133,9 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
     std::vector<float> portable_out;
     for (AttentionKernel kernel : {AttentionKernel::kPortable, AttentionKernel::kSm90}) {
       args.kernel = kernel;
-      if (kernel == AttentionKernel::kSm90 &&
-          (!cuda::attention_sm90_supports(args) ||
-           cuda::attention_kernel_for(args, multiprocessors) != AttentionKernel::kSm90))
-        continue;  // not this GPU's, or not this shape's
       args.splits = cuda::attention_splits(args, multiprocessors);
+      if (kernel == AttentionKernel::kSm90 && cuda::attention_kernel_for(args, multiprocessors) != kernel)
+        continue;  // not this GPU's, or not this shape's
       HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory workspace,
                            cuda::device_alloc(std::max<size_t>(1, cuda::attention_workspace_floats(
                                                                        args.splits, tokens, o.heads, o.head_dim)) *

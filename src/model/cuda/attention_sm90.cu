@@ -41,7 +41,9 @@ constexpr int kPanelBytes = 64 * 2;  // one swizzle row: 64 BF16 elements
 constexpr int kQBytes = kRows * kD * 2;
 constexpr int kKvBytes = kTile * kD * 2;  // one K or V tile
 constexpr int kStageBytes = 2 * kKvBytes;
-constexpr int kSmemBytes = kQBytes + 2 * kStageBytes + 1024;  // + room to align the base to 1 KB
+constexpr int kStages = 3;
+// Q, the stages, a full and an empty barrier per stage, and room to align the base to 1 KB.
+constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + kStages * 16 + 1024;
 constexpr float kLog2e = 1.4426950408889634f;
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -143,6 +145,121 @@ __device__ __forceinline__ void load_kv_tile(uint32_t stage, const AttentionArgs
   }
 }
 
+#ifdef HIQ_SM90A_DEVICE
+// Named barriers (0 is __syncthreads) that hand the tensor cores from one
+// warpgroup to the other.
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// Pins accumulator registers at this point of the program: the compiler may
+// not move their reads above a wgmma wait, nor their writes below an issue.
+__device__ __forceinline__ void fence_registers(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// S = Q·Kᵀ for the warpgroup's 64 rows: head_dim in steps of 16, 32 bytes
+// into a panel, then the next panel.
+__device__ __forceinline__ void issue_scores(float (&s)[64], uint32_t q_rows, uint32_t k_tile) {
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint32_t in_panel = (kk % 4) * 32;
+    wgmma_ss(s, descriptor(q_rows + (kk / 4) * kRows * kPanelBytes + in_panel, 16, 1024),
+             descriptor(k_tile + (kk / 4) * kTile * kPanelBytes + in_panel, 16, 1024), kk > 0);
+  }
+}
+
+// O += P·V, 16 context tokens per step. V is MN-major for this product: the
+// leading offset steps between the two head-dim panels, the stride offset
+// between 8-token groups.
+__device__ __forceinline__ void issue_values(float (&o)[64], const uint32_t (&p)[kTile / 16][4], uint32_t v_tile) {
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk)
+    wgmma_rs(o, p[kk], descriptor(v_tile + kk * 16 * kPanelBytes, kTile * kPanelBytes, 1024));
+}
+#endif
+
+#ifdef HIQ_SM90A_DEVICE
+// The running max and sum of a thread's two rows.
+struct SoftmaxState {
+  float row_max[2] = {-INFINITY, -INFINITY};  // in log2 units, scale applied
+  float row_sum[2] = {0.f, 0.f};              // this thread's partial sums
+};
+
+// One tile of the online softmax: masks S (only a tile that reaches the
+// diagonal or the context's end), rescales O and the running sum to the new
+// max, and leaves P = exp2(S − max) in `p` as BF16 A fragments (two 8-token
+// blocks of the S accumulators are one fragment).
+__device__ __forceinline__ void softmax_to_p(float (&s)[64], float (&o)[64], uint32_t (&p)[kTile / 16][4],
+                                             SoftmaxState& state, int kv0, int kv_end, int block_first_position,
+                                             const int (&row_position)[2], float scale_log2, int lane) {
+  const bool unmasked = kv0 + kTile <= kv_end && kv0 + kTile - 1 <= block_first_position;
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int h = e / 2;
+      const int token = kv0 + j * 8 + (lane % 4) * 2 + e % 2;
+      const bool visible = unmasked || (token < kv_end && token <= row_position[h]);
+      s[j * 4 + e] = visible ? s[j * 4 + e] * scale_log2 : -INFINITY;
+      tile_max[h] = fmaxf(tile_max[h], s[j * 4 + e]);
+    }
+  float correction[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+    tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+    const float new_max = fmaxf(state.row_max[h], tile_max[h]);
+    // A row that has seen nothing keeps max −inf: subtract 0, so exp2 gives 0, never NaN.
+    const float shift = new_max == -INFINITY ? 0.f : new_max;
+    correction[h] = fast_exp2(state.row_max[h] - shift);
+    state.row_max[h] = new_max;
+    state.row_sum[h] *= correction[h];
+#pragma unroll
+    for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        s[j * 4 + e] = fast_exp2(s[j * 4 + e] - shift);
+        state.row_sum[h] += s[j * 4 + e];
+      }
+  }
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j * 4 + e] *= correction[e / 2];
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+}
+#endif
+
+// Schedule. Every thread gathers a share of each K/V tile (three stages)
+// and signals it on the stage's `full` barrier once its copies have landed;
+// a stage is refilled once all threads have arrived on its `empty` barrier.
+// The two warpgroups take turns on the tensor cores (named barriers 1, 2):
+// while one issues P·V of its tile and Q·Kᵀ of the next, the other runs its
+// softmax on the special-function units, so neither unit waits for the other.
 __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionArgs a) {
 #ifdef HIQ_SM90A_DEVICE
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -150,6 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionAr
   const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
   const uint32_t q_tile = base;
   const uint32_t stages = base + kQBytes;
+  const uint32_t full = stages + kStages * kStageBytes, empty = full + kStages * 8;
 
   const int group = a.heads / a.kv_heads;
   const int seq_index = blockIdx.y / a.kv_heads, kv_head = blockIdx.y % a.kv_heads;
@@ -166,6 +284,17 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionAr
   // A tile that ends at or before the block's first row position, inside the
   // context, needs no mask.
   const int block_first_position = first_position + block_row0 / group;
+  const int tiles = (kv_end + kTile - 1) / kTile;
+  const auto stage_of = [&](int t) { return stages + (t % kStages) * kStageBytes; };
+  const auto phase_of = [](int t) { return static_cast<uint32_t>((t / kStages) & 1); };
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbarrier_init(full + 8 * i, kThreads);
+      mbarrier_init(empty + 8 * i, kThreads);
+    }
+  }
+  __syncthreads();
 
   // Q: the block's rows, gathered from the QKV buffer; rows past the end are zeros.
   for (int i = threadIdx.x; i < kRows * (kD / 8); i += kThreads) {
@@ -178,6 +307,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionAr
                                c * 8;
     copy16_async(q_tile + swizzled(kRows, r, c), src, valid);
   }
+  // Tiles 0 and 1 (one copy group each, Q with tile 0; a group may be empty).
+  // Tile t + 1's copies are waited for at the top of iteration t.
+  load_kv_tile(stage_of(0), a, slots, 0, kv_end, kv_head);
+  async_commit();
+  if (tiles > 1) load_kv_tile(stage_of(1), a, slots, kTile, kv_end, kv_head);
+  async_commit();
+  // Copies are generic-proxy writes; wgmma reads through the async proxy.
+  async_wait<1>();
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  mbarrier_arrive(full);
 
   // This thread's two rows of the accumulators: lane/4 and lane/4 + 8 of its warp's 16.
   int row_position[2];
@@ -185,112 +324,83 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionAr
     const int row = block_row0 + warpgroup * 64 + warp * 16 + lane / 4 + 8 * h;
     row_position[h] = row < rows ? first_position + row / group : -1;
   }
+  const uint32_t q_rows = q_tile + warpgroup * 64 * kPanelBytes;
+  const int my_turn = 1 + warpgroup, their_turn = 2 - warpgroup;
 
-  float o[64];
+  float o[64], s[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.f, 0.f};
+  fence_registers(o);  // zeroed before any wgmma is in flight
+  SoftmaxState softmax;
+  uint32_t p[kTile / 16][4];
   const float scale_log2 = a.scale * kLog2e;
 
-  const int tiles = (kv_end + kTile - 1) / kTile;
-  load_kv_tile(stages, a, slots, 0, kv_end, kv_head);
-  async_commit();  // Q and the first tile
-  for (int t = 0; t < tiles; ++t) {
+  // Warpgroup 0 goes first.
+  if (warpgroup == 1) named_barrier_arrive(1);
+  mbarrier_wait(full, 0);
+  named_barrier_sync(my_turn);
+  wgmma_fence();
+  issue_scores(s, q_rows, stage_of(0));
+  wgmma_commit();
+  named_barrier_arrive(their_turn);
+
+  // Every tile but the last: its softmax, then P·V of it and Q·Kᵀ of the next.
+  for (int t = 0; t + 1 < tiles; ++t) {
     const int kv0 = t * kTile;
-    if (t + 1 < tiles) {
-      load_kv_tile(stages + ((t + 1) % 2) * kStageBytes, a, slots, kv0 + kTile, kv_end, kv_head);
-      async_commit();
-      async_wait<1>();
-    } else {
-      async_wait<0>();
-    }
-    // cp.async wrote through the generic proxy; the tensor cores read through the async one.
+    wgmma_wait_all();  // S of tile t, and P·V of tile t − 1
+    fence_registers(s);
+    fence_registers(o);
+    if (t > 0) mbarrier_arrive(empty + 8 * ((t - 1) % kStages));
+    // Publish tile t + 1, whose copies were issued an iteration ago. Doing it
+    // first keeps the other warpgroup from waiting on this one's softmax.
+    async_wait<0>();
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    const uint32_t k_tile = stages + (t % 2) * kStageBytes;
-    const uint32_t v_tile = k_tile + kKvBytes;
+    mbarrier_arrive(full + 8 * ((t + 1) % kStages));
 
-    // S = Q·Kᵀ over head_dim in steps of 16: 32 bytes into a panel, then the next panel.
-    float s[64];
+    softmax_to_p(s, o, p, softmax, kv0, kv_end, block_first_position, row_position, scale_log2, lane);
+
+    // Refill the stage tile t − 1 used with tile t + 2.
+    if (t + 2 < tiles) {
+      if (t >= 1) mbarrier_wait(empty + 8 * ((t + 2) % kStages), phase_of(t - 1));
+      load_kv_tile(stage_of(t + 2), a, slots, kv0 + 2 * kTile, kv_end, kv_head);
+      async_commit();
+    }
+    mbarrier_wait(full + 8 * ((t + 1) % kStages), phase_of(t + 1));
+
+    named_barrier_sync(my_turn);
+    fence_registers(o);
+    fence_registers(s);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t in_panel = (kk % 4) * 32;
-      const uint64_t qa = descriptor(q_tile + (kk / 4) * kRows * kPanelBytes + warpgroup * 64 * kPanelBytes + in_panel,
-                                     16, 1024);
-      const uint64_t kb = descriptor(k_tile + (kk / 4) * kTile * kPanelBytes + in_panel, 16, 1024);
-      wgmma_ss(s, qa, kb, kk > 0);
-    }
+    issue_values(o, p, stage_of(t) + kKvBytes);
+    issue_scores(s, q_rows, stage_of(t + 1));
     wgmma_commit();
-    wgmma_wait_all();
-
-    // Mask (only tiles that reach the diagonal or the context's end), online softmax.
-    const bool unmasked = kv0 + kTile <= kv_end && kv0 + kTile - 1 <= block_first_position;
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int j = 0; j < kTile / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        const int token = kv0 + j * 8 + (lane % 4) * 2 + e % 2;
-        const bool visible = unmasked || (token < kv_end && token <= row_position[h]);
-        s[j * 4 + e] = visible ? s[j * 4 + e] * scale_log2 : -INFINITY;
-        tile_max[h] = fmaxf(tile_max[h], s[j * 4 + e]);
-      }
-    float correction[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-      const float new_max = fmaxf(row_max[h], tile_max[h]);
-      // A row that has seen nothing keeps max −inf: subtract 0, so exp2 gives 0, never NaN.
-      const float shift = new_max == -INFINITY ? 0.f : new_max;
-      correction[h] = fast_exp2(row_max[h] - shift);
-      row_max[h] = new_max;
-      row_sum[h] *= correction[h];
-#pragma unroll
-      for (int j = 0; j < kTile / 8; ++j)
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[j * 4 + e] = fast_exp2(s[j * 4 + e] - shift);
-          row_sum[h] += s[j * 4 + e];
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[j * 4 + e] *= correction[e / 2];
-
-    // O += P·V, 16 context tokens per step: two 8-token blocks of S are one A fragment.
-    uint32_t p[kTile / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) p[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      // V is MN-major for this product: the leading offset steps between the
-      // two head-dim panels, the stride offset between 8-token groups.
-      const uint64_t vb = descriptor(v_tile + kk * 16 * kPanelBytes, kTile * kPanelBytes, 1024);
-      wgmma_rs(o, p[kk], vb);
-    }
-    wgmma_commit();
-    wgmma_wait_all();
-    __syncthreads();  // the stage is overwritten by the load two tiles on
+    named_barrier_arrive(their_turn);
   }
+  // The last tile: its softmax and P·V. Each warpgroup has synced tiles + 1
+  // times on its barrier; warpgroup 1's last hand-over would have no taker.
+  wgmma_wait_all();
+  fence_registers(s);
+  fence_registers(o);
+  softmax_to_p(s, o, p, softmax, (tiles - 1) * kTile, kv_end, block_first_position, row_position, scale_log2, lane);
+  named_barrier_sync(my_turn);
+  fence_registers(o);
+  wgmma_fence();
+  issue_values(o, p, stage_of(tiles - 1) + kKvBytes);
+  wgmma_commit();
+  if (warpgroup == 0) named_barrier_arrive(their_turn);
+  wgmma_wait_all();
+  fence_registers(o);
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+    softmax.row_sum[h] += __shfl_xor_sync(0xffffffffu, softmax.row_sum[h], 1);
+    softmax.row_sum[h] += __shfl_xor_sync(0xffffffffu, softmax.row_sum[h], 2);
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = block_row0 + warpgroup * 64 + warp * 16 + lane / 4 + 8 * h;
     if (row >= rows) continue;
-    const float inv = row_sum[h] > 0.f ? 1.f / row_sum[h] : 0.f;
+    const float inv = softmax.row_sum[h] > 0.f ? 1.f / softmax.row_sum[h] : 0.f;
     __nv_bfloat16* out =
         a.out + (static_cast<int64_t>(seq.q_start + row / group) * a.heads + kv_head * group + row % group) * kD;
 #pragma unroll

@@ -4,7 +4,7 @@
 // CudaModel holds the weights in GPU memory (BF16; F16 and F32 checkpoints
 // are rounded to BF16 once, at upload) and runs batches of sequences on its
 // own stream: every new token of every sequence goes through one set of
-// cuBLAS matrix products, and attention reads each sequence's context from
+// cuBLASLt matrix products, and attention reads each sequence's context from
 // its slots in a CUDA L1 pool (make_cuda_device_kv_pool) — the cached prefix,
 // restored from L2 or not, and the new tokens, whose K and V the pass writes
 // into their slots first.

@@ -1,5 +1,5 @@
-// CudaModel: weights on the GPU, one stream, cuBLAS for the matrix products
-// (BF16 in, FP32 accumulate) and our kernels for the rest.
+// CudaModel: weights on the GPU, one stream, cuBLASLt for the matrix products
+// (BF16 in, FP32 accumulate; gemm.h) and our kernels for the rest.
 //
 // One pass over a batch, T new tokens in all:
 //   embed → for each layer: [add +] RMSNorm → QKV (one fused GEMM) → bias,
@@ -13,8 +13,6 @@
 // also records an event at each boundary between stages of another kind.
 // A decode batch runs at its bucket's shape and, after the bucket's first
 // step, as one launch of the bucket's CUDA graph (decode_graphs.h).
-#include <cublas_v2.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -27,6 +25,7 @@
 #include "cuda/check.cuh"
 #include "model/cuda/attention.h"
 #include "model/cuda/decode_graphs.h"
+#include "model/cuda/gemm.h"
 #include "model/cuda/model_kernels.h"
 #include "model/cuda/stage_marks.h"
 #include "model/cuda_model.h"
@@ -35,16 +34,6 @@ namespace hiq {
 namespace {
 
 using cuda::bf16;
-
-Status cublas_status(cublasStatus_t status, const char* what) {
-  if (status == CUBLAS_STATUS_SUCCESS) return Status::ok();
-  return internal_error(std::string(what) + " failed: " + cublasGetStatusString(status));
-}
-
-struct CublasDestroy {
-  void operator()(cublasHandle_t h) const { (void)cublasDestroy(h); }
-};
-using CublasHandle = cuda::Owned<cublasHandle_t, CublasDestroy>;
 
 // Device memory that grows to the largest size asked for (contents are not
 // kept); growing to `wanted` allocates max(wanted, allocate).
@@ -165,7 +154,9 @@ class CudaModelImpl final : public CudaModel {
  private:
   Status upload(const CpuModelWeights& w);
   // y[m][n] = x[m][k] · w[n][k]ᵀ, y in BF16 or FP32.
-  Status gemm(const bf16* x, int m, const bf16* w, int n, int k, void* y, cudaDataType_t y_type);
+  Status gemm(const bf16* x, int m, const bf16* w, int n, int k, void* y, cudaDataType_t y_type) {
+    return gemms_.run(x, m, w, n, k, y, y_type);
+  }
   Status mark(cuda::Stage stage) { return marks_.mark(stage, stream_.get()); }
   cuda::AttentionArgs attention_args(const PassShape& p) const;  // without its pointers
   // The steps of a pass on the stream: prepare sizes the scratch for it (and
@@ -187,8 +178,8 @@ class CudaModelImpl final : public CudaModel {
   CudaModelOptions options_;
   int multiprocessors_ = 0;
   cuda::Stream stream_;
-  CublasHandle cublas_;
   cuda::DeviceMemory cublas_workspace_;
+  cuda::Gemms gemms_;
   cuda::DeviceMemory embed_, final_norm_, lm_head_, inv_freq_;
   std::vector<DeviceLayer> layers_;
   size_t weight_bytes_ = 0;
@@ -217,15 +208,11 @@ Result<std::unique_ptr<CudaModel>> CudaModelImpl::create(const ModelShape& shape
   HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   HIQ_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&model->multiprocessors_, cudaDevAttrMultiProcessorCount, device));
   HIQ_ASSIGN_OR_RETURN(model->stream_, cuda::make_stream());
-  cublasHandle_t handle = nullptr;
-  HIQ_RETURN_IF_ERROR(cublas_status(cublasCreate(&handle), "cublasCreate"));
-  model->cublas_ = CublasHandle(handle);
-  HIQ_RETURN_IF_ERROR(cublas_status(cublasSetStream(handle, model->stream_.get()), "cublasSetStream"));
-  // cuBLAS picks its fastest Hopper kernels only with a workspace of its own.
+  // cuBLAS(Lt) picks its fastest Hopper kernels only with a workspace of its own.
   constexpr size_t kCublasWorkspace = size_t{32} << 20;
   HIQ_ASSIGN_OR_RETURN(model->cublas_workspace_, cuda::device_alloc(kCublasWorkspace, "cuBLAS workspace"));
-  HIQ_RETURN_IF_ERROR(cublas_status(cublasSetWorkspace(handle, model->cublas_workspace_.get(), kCublasWorkspace),
-                                    "cublasSetWorkspace"));
+  HIQ_ASSIGN_OR_RETURN(model->gemms_,
+                       cuda::Gemms::create(model->stream_.get(), model->cublas_workspace_.get(), kCublasWorkspace));
   HIQ_RETURN_IF_ERROR(model->upload(weights));
   return Result<std::unique_ptr<CudaModel>>(std::move(model));
 }
@@ -271,14 +258,6 @@ size_t CudaModelImpl::workspace_bytes() const {
   size_t total = 0;
   for (const Scratch* s : scratch()) total += s->bytes;
   return total;
-}
-
-Status CudaModelImpl::gemm(const bf16* x, int m, const bf16* w, int n, int k, void* y, cudaDataType_t y_type) {
-  // Column-major view: yᵀ[n][m] = w[n][k] · xᵀ[k][m], with w stored as wᵀ.
-  const float one = 1.f, zero = 0.f;
-  return cublas_status(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w, CUDA_R_16BF, k, x,
-                                    CUDA_R_16BF, k, &zero, y, y_type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                       "cublasGemmEx");
 }
 
 Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const ModelSequence> batch,

@@ -1,0 +1,81 @@
+// model/cuda/gemm.h (internal to the CUDA model) — the matrix products of the
+// forward pass, y[m][n] = x[m][k] · w[n][k]ᵀ: BF16 in, FP32 compute, BF16 or
+// FP32 out, on cuBLASLt.
+//
+// A plan per (m, n, k, output type) holds the matmul descriptor, the three
+// matrix layouts and the algorithm cuBLASLt's heuristic ranks first for them
+// with the model's workspace. It is made on the shape's first product and
+// kept, so a shape runs one algorithm for the model's life: the same bits run
+// after run, in a CUDA graph or not. (Timing the heuristic's top few and
+// keeping the fastest would not be: which wins can change from one process
+// to the next.) Where the heuristic offers nothing, or an operand is not
+// 256-byte aligned as its algorithms assume, cublasGemmEx runs the product.
+//
+// No fused epilogue: the layers' only candidates would change the rounding
+// that follows transformers step by step (a residual add through beta = 1
+// rounds once where the reference rounds the product first), and the output
+// bias of the few models that have one is a small share of a pass.
+//
+// After a shape's plan exists its products allocate nothing and never
+// synchronise, so they can be captured in a CUDA graph.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <map>
+#include <tuple>
+
+#include "core/status.h"
+#include "cuda/buffers.h"
+
+namespace hiq::cuda {
+
+class Gemms {
+ public:
+  // Products on `stream`, with `workspace` (device memory that outlives this)
+  // as cuBLAS's and cuBLASLt's scratch.
+  static Result<Gemms> create(cudaStream_t stream, void* workspace, size_t workspace_bytes);
+
+  // y[m][n] = x[m][k] · w[n][k]ᵀ; y_type CUDA_R_16BF or CUDA_R_32F.
+  Status run(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k, void* y, cudaDataType_t y_type);
+
+ private:
+  struct HandleDestroy {
+    void operator()(cublasHandle_t h) const { (void)cublasDestroy(h); }
+  };
+  struct LtHandleDestroy {
+    void operator()(cublasLtHandle_t h) const { (void)cublasLtDestroy(h); }
+  };
+  struct DescDestroy {
+    void operator()(cublasLtMatmulDesc_t d) const { (void)cublasLtMatmulDescDestroy(d); }
+  };
+  struct LayoutDestroy {
+    void operator()(cublasLtMatrixLayout_t l) const { (void)cublasLtMatrixLayoutDestroy(l); }
+  };
+  struct Plan {
+    Owned<cublasLtMatmulDesc_t, DescDestroy> desc;
+    Owned<cublasLtMatrixLayout_t, LayoutDestroy> w, x, y;
+    cublasLtMatmulAlgo_t algo{};
+    bool lt = false;  // false: the heuristic had nothing, cublasGemmEx runs it
+  };
+  using Key = std::tuple<int, int, int, cudaDataType_t>;  // m, n, k, y type
+  // A server meets every prompt length, so plans are bounded: past this many
+  // they are all made again (to the same algorithms).
+  static constexpr size_t kMostPlans = 4096;
+
+  Result<const Plan*> plan(int m, int n, int k, cudaDataType_t y_type);
+  Status gemm_ex(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k, void* y,
+                 cudaDataType_t y_type);
+
+  cudaStream_t stream_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  Owned<cublasHandle_t, HandleDestroy> cublas_;
+  Owned<cublasLtHandle_t, LtHandleDestroy> lt_;
+  std::map<Key, Plan> plans_;
+  bool logged_fallback_ = false;
+};
+
+}  // namespace hiq::cuda

@@ -1,0 +1,60 @@
+// storage/storage_backend.h — the L3 tier's backends: where stored values live.
+//
+// A backend is a synchronous, thread-safe map from StorageKey to bytes. It
+// knows nothing of fingerprints or payloads: it stores and returns values as
+// they are (storage/storage_value.h gives them meaning), and StorageEngine
+// (storage/storage_engine.h) calls it from its worker threads.
+//
+// Batches follow the prefix structure of keys (storage/storage_key.h): a
+// prompt's keys are asked for in order, and the first miss ends the usable
+// run, since later blocks chain through it.
+//
+// Failure semantics, common to every backend:
+//   - A missing key is not an error: exists() stops counting at it, get()
+//     returns an empty vector in its place.
+//   - An error (the service is down, the disk is full or failing) fails the
+//     whole call with a Status; nothing is partly returned.
+//   - set() stores each value atomically: a reader sees the old value, the
+//     new one, or none — never part of one. A failed set() may have stored
+//     some of the batch's values (each one whole) and not the others.
+//   - Capacity is bounded; storing evicts least recently used values (memory,
+//     file) or leaves it to the service (Redis's maxmemory policy).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "storage/storage_key.h"
+
+namespace hiq {
+
+class StorageBackend {
+ public:
+  virtual ~StorageBackend() = default;
+
+  // "memory", "file", "redis".
+  virtual std::string_view name() const = 0;
+  // How many of `keys`, from the first, are held: stops at the first miss.
+  virtual Result<size_t> exists(std::span<const StorageKey> keys) = 0;
+  // The stored value of each key, as it was set; an empty vector for a key
+  // that is not held. A read counts as a use for LRU eviction.
+  virtual Result<std::vector<std::vector<std::byte>>> get(std::span<const StorageKey> keys) = 0;
+  // Stores values[i] under keys[i], replacing what was there. Errors:
+  // kInvalidArgument (lengths differ, an empty value), kResourceExhausted (a
+  // value larger than the whole capacity, a full disk), kUnavailable (the
+  // service or the disk failed).
+  virtual Status set(std::span<const StorageKey> keys, std::span<const std::vector<std::byte>> values) = 0;
+  // Drops the keys (those not held are ignored). The engine calls it on
+  // values that fail to decode, so a corrupt page is not read again and again.
+  virtual Status remove(std::span<const StorageKey> keys) = 0;
+};
+
+// In process memory, LRU, at most `capacity_bytes` bytes of values. For tests
+// and simulations. Errors: a capacity of 0.
+Result<std::unique_ptr<StorageBackend>> make_memory_backend(size_t capacity_bytes);
+
+}  // namespace hiq

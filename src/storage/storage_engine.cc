@@ -1,0 +1,216 @@
+#include "storage/storage_engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/log.h"
+#include "storage/storage_value.h"
+
+namespace hiq {
+
+StorageEngine::StorageEngine(std::unique_ptr<StorageBackend> backend, int threads) : backend_(std::move(backend)) {
+  HIQ_CHECK_MSG(backend_ != nullptr, "StorageEngine needs a backend");
+  HIQ_CHECK_MSG(threads >= 1, "StorageEngine needs at least one thread");
+  workers_.reserve(static_cast<size_t>(threads));
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+}
+
+StorageEngine::~StorageEngine() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    queue_.clear();
+  }
+  work_ready_.notify_all();
+  for (std::thread& worker : workers_) worker.join();
+}
+
+StorageEngine::Ticket StorageEngine::submit_exists(std::vector<StorageKey> keys) {
+  Operation operation;
+  operation.op = StorageOp::kExists;
+  operation.keys = std::move(keys);
+  return submit(std::move(operation));
+}
+
+StorageEngine::Ticket StorageEngine::submit_get(std::vector<StorageKey> keys, StorageFingerprint fp,
+                                                size_t payload_bytes) {
+  Operation operation;
+  operation.op = StorageOp::kGet;
+  operation.keys = std::move(keys);
+  operation.fp = std::move(fp);
+  operation.payload_bytes = payload_bytes;
+  return submit(std::move(operation));
+}
+
+StorageEngine::Ticket StorageEngine::submit_set(std::vector<StorageKey> keys,
+                                                std::vector<std::vector<std::byte>> values) {
+  Operation operation;
+  operation.op = StorageOp::kSet;
+  operation.keys = std::move(keys);
+  operation.values = std::move(values);
+  return submit(std::move(operation));
+}
+
+StorageEngine::Ticket StorageEngine::submit(Operation operation) {
+  Ticket ticket;
+  {
+    std::lock_guard lock(mutex_);
+    ticket = next_ticket_++;
+    operation.ticket = ticket;
+    outstanding_.insert(ticket);
+    queue_.push_back(std::move(operation));
+  }
+  work_ready_.notify_one();
+  return ticket;
+}
+
+std::vector<StorageEngine::Completion> StorageEngine::poll() {
+  std::lock_guard lock(mutex_);
+  std::vector<Completion> out;
+  out.reserve(done_.size());
+  for (Completion& c : done_) {
+    outstanding_.erase(c.ticket);
+    out.push_back(std::move(c));
+  }
+  done_.clear();
+  return out;
+}
+
+StorageEngine::Completion StorageEngine::wait(Ticket ticket) {
+  std::unique_lock lock(mutex_);
+  if (!outstanding_.contains(ticket)) {
+    Completion c;
+    c.ticket = ticket;
+    c.status = failed_precondition("storage ticket " + std::to_string(ticket) + " is unknown or already collected");
+    return c;
+  }
+  for (;;) {
+    const auto it = std::find_if(done_.begin(), done_.end(), [&](const Completion& c) { return c.ticket == ticket; });
+    if (it != done_.end()) {
+      Completion c = std::move(*it);
+      done_.erase(it);
+      outstanding_.erase(ticket);
+      return c;
+    }
+    finished_.wait(lock);
+  }
+}
+
+size_t StorageEngine::outstanding() const {
+  std::lock_guard lock(mutex_);
+  return outstanding_.size();
+}
+
+StorageStats StorageEngine::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void StorageEngine::work() {
+  for (;;) {
+    Operation operation;
+    {
+      std::unique_lock lock(mutex_);
+      work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      operation = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Completion completion = run(operation);
+    {
+      std::lock_guard lock(mutex_);
+      done_.push_back(std::move(completion));
+    }
+    finished_.notify_all();
+  }
+}
+
+StorageEngine::Completion StorageEngine::run(Operation& operation) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  Completion c;
+  c.ticket = operation.ticket;
+  c.op = operation.op;
+  const size_t keys = operation.keys.size();
+  uint64_t bytes = 0, corrupt = 0;
+
+  switch (operation.op) {
+    case StorageOp::kExists: {
+      auto held = backend_->exists(operation.keys);
+      if (held.is_ok()) c.hits = std::min(*held, keys);
+      else c.status = held.status();
+      break;
+    }
+    case StorageOp::kGet: {
+      auto values = backend_->get(operation.keys);
+      if (!values.is_ok()) {
+        c.status = values.status();
+        break;
+      }
+      for (const auto& value : *values) bytes += value.size();
+      std::vector<StorageKey> unusable;
+      const size_t returned = std::min(values->size(), keys);
+      for (size_t i = 0; i < returned; ++i) {
+        std::vector<std::byte>& value = (*values)[i];
+        if (value.empty()) break;
+        const auto payload = decode_value(value, operation.fp, operation.keys[i], operation.payload_bytes);
+        if (!payload.is_ok()) {
+          ++corrupt;
+          unusable.push_back(operation.keys[i]);
+          log(LogLevel::kWarning, "storage",
+              std::string(backend_->name()) + " storage: dropping an unusable value: " + payload.status().to_string());
+          break;
+        }
+        value.erase(value.begin(), value.begin() + static_cast<std::ptrdiff_t>(kStorageHeaderBytes));
+        c.payloads.push_back(std::move(value));
+      }
+      c.hits = c.payloads.size();
+      if (!unusable.empty()) {
+        if (Status removed = backend_->remove(unusable); !removed.is_ok())
+          log(LogLevel::kWarning, "storage", "cannot remove an unusable value: " + removed.to_string());
+      }
+      break;
+    }
+    case StorageOp::kSet: {
+      if (operation.keys.size() != operation.values.size()) {
+        c.status = invalid_argument("storage set: " + std::to_string(operation.keys.size()) + " keys but " +
+                                    std::to_string(operation.values.size()) + " values");
+        break;
+      }
+      for (const auto& value : operation.values) bytes += value.size();
+      c.status = backend_->set(operation.keys, operation.values);
+      if (c.status.is_ok()) c.hits = keys;
+      break;
+    }
+  }
+
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::lock_guard lock(mutex_);
+  StorageStats& s = stats_;
+  if (!c.status.is_ok()) ++s.errors;
+  switch (operation.op) {
+    case StorageOp::kExists:
+      ++s.exists_calls;
+      s.exists_hit_blocks += c.hits;
+      s.exists_miss_blocks += keys - c.hits;
+      s.exists_seconds += seconds;
+      break;
+    case StorageOp::kGet:
+      ++s.get_calls;
+      s.hit_blocks += c.hits;
+      s.miss_blocks += keys - c.hits;
+      s.corrupt_values += corrupt;
+      s.bytes_read += bytes;
+      s.get_seconds += seconds;
+      break;
+    case StorageOp::kSet:
+      ++s.set_calls;
+      s.set_blocks += c.hits;
+      if (c.status.is_ok()) s.bytes_written += bytes;
+      s.set_seconds += seconds;
+      break;
+  }
+  return c;
+}
+
+}  // namespace hiq

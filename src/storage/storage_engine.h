@@ -1,0 +1,119 @@
+// storage/storage_engine.h — the asynchronous front of L3: batches run on
+// worker threads; the scheduler submits and polls, and never blocks on a disk
+// or a network.
+//
+// An operation's life:
+//
+//   submitted (queued) → running on a worker → finished → collected by poll() or wait()
+//
+// Every submitted ticket is handed back exactly once, by poll() or by wait(),
+// in the order operations finish (not the order they were submitted). The
+// engine owns the keys and values it is given until then. A get checks every
+// value with decode_value (the caller's fingerprint and payload size) and
+// returns payloads only, for the run of hits from the first key: the first
+// missing or unusable value ends it. An unusable value (corrupt, truncated,
+// foreign) is counted in `corrupt_values` and removed from the backend, so
+// the page is recomputed and stored again rather than failing every time.
+//
+// Failures never reach the KV a request uses: a failed operation (backend
+// down, disk full) completes with its Status and no hits, and is counted in
+// `errors`; the caller recomputes. Destroying the engine drops queued
+// operations (they are never reported) and waits for running ones.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "core/status.h"
+#include "storage/storage_backend.h"
+#include "storage/storage_key.h"
+
+namespace hiq {
+
+// Counters since the engine was created; they feed /metrics.
+struct StorageStats {
+  uint64_t exists_calls = 0, exists_hit_blocks = 0, exists_miss_blocks = 0;  // miss: keys after the run of hits
+  uint64_t get_calls = 0, hit_blocks = 0, miss_blocks = 0;                   // pages returned / not returned by gets
+  uint64_t set_calls = 0, set_blocks = 0;                                    // set_blocks: pages stored
+  uint64_t bytes_read = 0, bytes_written = 0;     // values (headers included) from and to the backend
+  double exists_seconds = 0, get_seconds = 0, set_seconds = 0;  // on the workers, summed
+  uint64_t errors = 0;          // operations that failed (backend down, disk full, I/O error)
+  uint64_t corrupt_values = 0;  // values that failed decode_value (also counted in miss_blocks)
+};
+
+enum class StorageOp : uint8_t { kExists, kGet, kSet };
+
+class StorageEngine {
+ public:
+  using Ticket = uint64_t;
+
+  // `threads` workers (≥ 1) call `backend` (non-null).
+  explicit StorageEngine(std::unique_ptr<StorageBackend> backend, int threads = 2);
+  ~StorageEngine();
+  StorageEngine(const StorageEngine&) = delete;
+  StorageEngine& operator=(const StorageEngine&) = delete;
+
+  StorageBackend& backend() { return *backend_; }
+
+  // hits: how many of `keys`, from the first, are held.
+  Ticket submit_exists(std::vector<StorageKey> keys);
+  // hits: the run of usable pages from the first key; payloads: theirs, in key
+  // order, each `payload_bytes` long.
+  Ticket submit_get(std::vector<StorageKey> keys, StorageFingerprint fp, size_t payload_bytes);
+  // Stores values[i] (encode_value's output) under keys[i]. hits: the pages
+  // stored (all or, on error, 0 — some may have been stored all the same).
+  Ticket submit_set(std::vector<StorageKey> keys, std::vector<std::vector<std::byte>> values);
+
+  struct Completion {
+    Ticket ticket = 0;
+    StorageOp op = StorageOp::kExists;
+    Status status;  // OK, or why the backend failed
+    size_t hits = 0;
+    std::vector<std::vector<std::byte>> payloads;  // get only
+  };
+  // The operations finished since the last poll, never blocking.
+  std::vector<Completion> poll();
+  // Blocks until `ticket` finishes and returns it (poll() will not). A ticket
+  // that was never issued or was already collected completes at once with
+  // kFailedPrecondition.
+  Completion wait(Ticket ticket);
+  // Submitted and not yet collected.
+  size_t outstanding() const;
+
+  StorageStats stats() const;
+
+ private:
+  struct Operation {
+    Ticket ticket = 0;
+    StorageOp op = StorageOp::kExists;
+    std::vector<StorageKey> keys;
+    StorageFingerprint fp;
+    size_t payload_bytes = 0;
+    std::vector<std::vector<std::byte>> values;
+  };
+
+  Ticket submit(Operation operation);
+  void work();
+  Completion run(Operation& operation);
+
+  std::unique_ptr<StorageBackend> backend_;
+
+  mutable std::mutex mutex_;  // guards everything below
+  std::condition_variable work_ready_, finished_;
+  bool stopping_ = false;
+  Ticket next_ticket_ = 1;
+  std::deque<Operation> queue_;
+  std::deque<Completion> done_;
+  std::unordered_set<Ticket> outstanding_;  // submitted, not yet collected
+  StorageStats stats_;
+
+  std::vector<std::thread> workers_;  // last: started after everything they use
+};
+
+}  // namespace hiq

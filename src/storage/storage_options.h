@@ -1,0 +1,75 @@
+// storage/storage_options.h — how a server is told to use L3: SGLang's three
+// flags, parsed in one place.
+//
+//   --hicache-storage-backend none|file|redis   (and `memory`, for simulations and tests)
+//   --hicache-storage-backend-extra-config JSON  the backend's settings:
+//        file:   {"path": "/mnt/kv", "size": "64GB", "fsync": false}
+//        redis:  {"host": "10.0.0.5", "port": 6379, "prefix": "hiq:", "connect_timeout_ms": 500,
+//                 "command_timeout_ms": 2000, "reconnect_initial_ms": 100, "reconnect_max_ms": 5000,
+//                 "connections": 4, "ttl_s": 0}
+//        memory: {"size": "1GB"}
+//      and, for any backend: "threads" (the engine's workers), SGLang's
+//      "prefetch_threshold", "prefetch_timeout_base", "prefetch_timeout_per_ki_token".
+//   --hicache-storage-prefetch-policy best_effort|wait_complete|timeout
+//
+// Messages name the setting, never the flag (flags are tools/' business).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "core/status.h"
+#include "storage/file_backend.h"
+#include "storage/redis_backend.h"
+#include "storage/storage_backend.h"
+
+namespace hiq {
+
+enum class StorageBackendKind : uint8_t { kNone, kMemory, kFile, kRedis };
+std::string_view storage_backend_name(StorageBackendKind kind);
+// "none", "memory", "file", "redis".
+Result<StorageBackendKind> parse_storage_backend(std::string_view name);
+
+// When a queued request that L3 can serve is admitted (SGLang's policies).
+enum class PrefetchPolicy : uint8_t {
+  kBestEffort,    // at once, with whatever the prefetch has brought so far
+  kWaitComplete,  // once the prefetch has finished
+  kTimeout,       // once it has finished, or after base + per_ki_token × tokens / 1024 seconds
+};
+std::string_view prefetch_policy_name(PrefetchPolicy policy);
+// "best_effort", "wait_complete", "timeout".
+Result<PrefetchPolicy> parse_prefetch_policy(std::string_view name);
+
+struct StorageOptions {
+  StorageBackendKind backend = StorageBackendKind::kNone;
+  PrefetchPolicy prefetch_policy = PrefetchPolicy::kBestEffort;
+  int threads = 2;                             // StorageEngine workers ("threads")
+  size_t prefetch_threshold_tokens = 256;      // shorter L3 hits are not fetched ("prefetch_threshold")
+  double prefetch_timeout_base_s = 1.0;        // kTimeout: fixed part ("prefetch_timeout_base")
+  double prefetch_timeout_per_ki_token_s = 0.25;  // kTimeout: per 1024 tokens ("prefetch_timeout_per_ki_token")
+  uint64_t memory_capacity_bytes = uint64_t{1} << 30;  // the memory backend's size
+  FileBackendOptions file;                     // the file backend's settings
+  RedisBackendOptions redis;                   // the redis backend's settings
+
+  // Checks the fields above and those of the chosen backend's options.
+  Status validate() const;
+  // The prefetch wait of kTimeout for a hit of `tokens` tokens.
+  double prefetch_timeout_s(size_t tokens) const {
+    return prefetch_timeout_base_s + prefetch_timeout_per_ki_token_s * static_cast<double>(tokens) / 1024.0;
+  }
+};
+
+// Builds validated options from the three flags' text. `extra_config_json` may
+// be empty (no settings); its keys must belong to the chosen backend or be
+// common ones — an unknown key is an error, never ignored. Sizes are strings
+// ("64GB", "0.5TiB") or numbers of bytes. Errors: kInvalidArgument naming the
+// setting.
+Result<StorageOptions> parse_storage_options(std::string_view backend, std::string_view extra_config_json,
+                                             std::string_view prefetch_policy);
+
+// The backend `options` name; null for kNone. Errors: invalid options, a
+// file directory that cannot be created or read.
+Result<std::unique_ptr<StorageBackend>> make_storage_backend(const StorageOptions& options);
+
+}  // namespace hiq

@@ -49,8 +49,13 @@ class StorageBackend {
   // service or the disk failed).
   virtual Status set(std::span<const StorageKey> keys, std::span<const std::vector<std::byte>> values) = 0;
   // Drops the keys (those not held are ignored). The engine calls it on
-  // values that fail to decode, so a corrupt page is not read again and again.
-  virtual Status remove(std::span<const StorageKey> keys) = 0;
+  // values that fail to decode, so a corrupt page is not read again and again
+  // (and is stored anew once recomputed). The default does nothing: for a
+  // backend that cannot delete, such a value stays a miss until overwritten.
+  virtual Status remove(std::span<const StorageKey> keys) {
+    (void)keys;
+    return Status::ok();
+  }
 };
 
 // In process memory, LRU, at most `capacity_bytes` bytes of values. For tests

@@ -27,18 +27,19 @@ Result<StorageBackendKind> parse_storage_backend(std::string_view name) {
   return invalid_argument("storage backend " + quote_for_message(name) + " is not one of none, file, redis, memory");
 }
 
-std::string_view prefetch_policy_name(PrefetchPolicy policy) {
+std::string_view storage_prefetch_policy_name(StoragePrefetchPolicy policy) {
   switch (policy) {
-    case PrefetchPolicy::kBestEffort: return "best_effort";
-    case PrefetchPolicy::kWaitComplete: return "wait_complete";
-    case PrefetchPolicy::kTimeout: return "timeout";
+    case StoragePrefetchPolicy::kBestEffort: return "best_effort";
+    case StoragePrefetchPolicy::kWaitComplete: return "wait_complete";
+    case StoragePrefetchPolicy::kTimeout: return "timeout";
   }
   return "?";
 }
 
-Result<PrefetchPolicy> parse_prefetch_policy(std::string_view name) {
-  for (PrefetchPolicy policy : {PrefetchPolicy::kBestEffort, PrefetchPolicy::kWaitComplete, PrefetchPolicy::kTimeout})
-    if (name == prefetch_policy_name(policy)) return policy;
+Result<StoragePrefetchPolicy> parse_storage_prefetch_policy(std::string_view name) {
+  for (StoragePrefetchPolicy policy :
+       {StoragePrefetchPolicy::kBestEffort, StoragePrefetchPolicy::kWaitComplete, StoragePrefetchPolicy::kTimeout})
+    if (name == storage_prefetch_policy_name(policy)) return policy;
   return invalid_argument("storage prefetch policy " + quote_for_message(name) +
                           " is not one of best_effort, wait_complete, timeout");
 }
@@ -50,6 +51,8 @@ Status StorageOptions::validate() const {
     return invalid_argument("storage prefetch_timeout_base must be a finite number ≥ 0");
   if (!(prefetch_timeout_per_ki_token_s >= 0) || !std::isfinite(prefetch_timeout_per_ki_token_s))
     return invalid_argument("storage prefetch_timeout_per_ki_token must be a finite number ≥ 0");
+  if (!(prefetch_timeout_max_s >= 0) || !std::isfinite(prefetch_timeout_max_s))
+    return invalid_argument("storage prefetch_timeout_max must be a finite number ≥ 0");
   switch (backend) {
     case StorageBackendKind::kNone: return Status::ok();
     case StorageBackendKind::kMemory:
@@ -64,7 +67,7 @@ Status StorageOptions::validate() const {
 namespace {
 
 const std::set<std::string, std::less<>> kCommonKeys = {"threads", "prefetch_threshold", "prefetch_timeout_base",
-                                                        "prefetch_timeout_per_ki_token"};
+                                                        "prefetch_timeout_per_ki_token", "prefetch_timeout_max"};
 const std::set<std::string, std::less<>> kMemoryKeys = {"size"};
 const std::set<std::string, std::less<>> kFileKeys = {"path", "size", "fsync"};
 const std::set<std::string, std::less<>> kRedisKeys = {
@@ -147,7 +150,7 @@ Result<StorageOptions> parse_storage_options(std::string_view backend, std::stri
                                              std::string_view prefetch_policy) {
   StorageOptions options;
   HIQ_ASSIGN_OR_RETURN(options.backend, parse_storage_backend(backend));
-  HIQ_ASSIGN_OR_RETURN(options.prefetch_policy, parse_prefetch_policy(prefetch_policy));
+  HIQ_ASSIGN_OR_RETURN(options.prefetch_policy, parse_storage_prefetch_policy(prefetch_policy));
 
   nlohmann::json config = nlohmann::json::object();
   if (extra_config_json.find_first_not_of(" \t\r\n") != std::string_view::npos) {
@@ -177,6 +180,7 @@ Result<StorageOptions> parse_storage_options(std::string_view backend, std::stri
   HIQ_RETURN_IF_ERROR(extra.count("prefetch_threshold", options.prefetch_threshold_tokens));
   HIQ_RETURN_IF_ERROR(extra.number("prefetch_timeout_base", options.prefetch_timeout_base_s));
   HIQ_RETURN_IF_ERROR(extra.number("prefetch_timeout_per_ki_token", options.prefetch_timeout_per_ki_token_s));
+  HIQ_RETURN_IF_ERROR(extra.number("prefetch_timeout_max", options.prefetch_timeout_max_s));
   constexpr int kMaxMs = 3'600'000;
   switch (options.backend) {
     case StorageBackendKind::kNone: break;

@@ -9,12 +9,14 @@
 //                 "connections": 4, "ttl_s": 0}
 //        memory: {"size": "1GB"}
 //      and, for any backend: "threads" (the engine's workers), SGLang's
-//      "prefetch_threshold", "prefetch_timeout_base", "prefetch_timeout_per_ki_token".
+//      "prefetch_threshold", "prefetch_timeout_base", "prefetch_timeout_per_ki_token",
+//      "prefetch_timeout_max".
 //   --hicache-storage-prefetch-policy best_effort|wait_complete|timeout
 //
 // Messages name the setting, never the flag (flags are tools/' business).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -32,31 +34,35 @@ std::string_view storage_backend_name(StorageBackendKind kind);
 Result<StorageBackendKind> parse_storage_backend(std::string_view name);
 
 // When a queued request that L3 can serve is admitted (SGLang's policies).
-enum class PrefetchPolicy : uint8_t {
+enum class StoragePrefetchPolicy : uint8_t {
   kBestEffort,    // at once, with whatever the prefetch has brought so far
   kWaitComplete,  // once the prefetch has finished
-  kTimeout,       // once it has finished, or after base + per_ki_token × tokens / 1024 seconds
+  kTimeout,       // once it has finished, or after StorageOptions::prefetch_timeout_s()
 };
-std::string_view prefetch_policy_name(PrefetchPolicy policy);
+std::string_view storage_prefetch_policy_name(StoragePrefetchPolicy policy);
 // "best_effort", "wait_complete", "timeout".
-Result<PrefetchPolicy> parse_prefetch_policy(std::string_view name);
+Result<StoragePrefetchPolicy> parse_storage_prefetch_policy(std::string_view name);
 
 struct StorageOptions {
   StorageBackendKind backend = StorageBackendKind::kNone;
-  PrefetchPolicy prefetch_policy = PrefetchPolicy::kBestEffort;
+  StoragePrefetchPolicy prefetch_policy = StoragePrefetchPolicy::kBestEffort;
   int threads = 2;                             // StorageEngine workers ("threads")
+  // SGLang's prefetch settings and defaults (PrefetchTimeoutConfig):
   size_t prefetch_threshold_tokens = 256;      // shorter L3 hits are not fetched ("prefetch_threshold")
-  double prefetch_timeout_base_s = 1.0;        // kTimeout: fixed part ("prefetch_timeout_base")
-  double prefetch_timeout_per_ki_token_s = 0.25;  // kTimeout: per 1024 tokens ("prefetch_timeout_per_ki_token")
+  double prefetch_timeout_base_s = 2.0;        // kTimeout: fixed part ("prefetch_timeout_base")
+  double prefetch_timeout_per_ki_token_s = 0.1;  // kTimeout: per 1024 tokens ("prefetch_timeout_per_ki_token")
+  double prefetch_timeout_max_s = 30.0;        // kTimeout: at most ("prefetch_timeout_max")
   uint64_t memory_capacity_bytes = uint64_t{1} << 30;  // the memory backend's size
   FileBackendOptions file;                     // the file backend's settings
   RedisBackendOptions redis;                   // the redis backend's settings
 
   // Checks the fields above and those of the chosen backend's options.
   Status validate() const;
-  // The prefetch wait of kTimeout for a hit of `tokens` tokens.
+  // The prefetch wait of kTimeout for `tokens` tokens to fetch:
+  // min(max, base + per_ki_token × tokens / 1024).
   double prefetch_timeout_s(size_t tokens) const {
-    return prefetch_timeout_base_s + prefetch_timeout_per_ki_token_s * static_cast<double>(tokens) / 1024.0;
+    return std::min(prefetch_timeout_max_s,
+                    prefetch_timeout_base_s + prefetch_timeout_per_ki_token_s * static_cast<double>(tokens) / 1024.0);
   }
 };
 

@@ -7,7 +7,10 @@
 //   submitted (queued) → running on a worker → finished → collected by poll() or wait()
 //
 // Every submitted ticket is handed back exactly once, by poll() or by wait(),
-// in the order operations finish (not the order they were submitted). The
+// in the order operations finish (not the order they were submitted). All
+// methods are thread-safe, but a ticket is collected once: a thread that
+// means to wait() for a ticket must not race a poll() on another thread,
+// which may collect it first (wait() then answers kFailedPrecondition). The
 // engine owns the keys and values it is given until then. A get checks every
 // value with decode_value (the caller's fingerprint and payload size) and
 // returns payloads only, for the run of hits from the first key: the first

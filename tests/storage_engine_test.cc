@@ -1,0 +1,269 @@
+// StorageEngine: every ticket completes exactly once (poll or wait) under
+// concurrent submitters; a get returns validated payloads for the run of hits
+// and stops at the first miss or bad value; failures of the backend are
+// counted and never block; destruction with work queued ends.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "storage/storage_backend.h"
+#include "storage/storage_engine.h"
+#include "storage/storage_value.h"
+#include "storage_test_util.h"
+
+namespace hiq {
+namespace {
+
+using testing::encoded_pages;
+using testing::payload;
+using testing::prompt;
+using testing::small_fingerprint;
+
+constexpr size_t kPage = 768;
+
+std::unique_ptr<StorageBackend> memory(size_t bytes = 64 << 20) { return std::move(*make_memory_backend(bytes)); }
+
+TEST(StorageEngine, GetReturnsThePayloadsOfTheRunOfHits) {
+  const StorageFingerprint fp = small_fingerprint();
+  const auto keys = storage_keys(fp, prompt(20, 1));  // 5 blocks
+  StorageEngine engine(memory(), 2);
+  const auto set = engine.wait(engine.submit_set({keys[0], keys[1], keys[2], keys[4]},
+                                                 encoded_pages(fp, {keys[0], keys[1], keys[2], keys[4]}, kPage, 10)));
+  ASSERT_TRUE(set.status.is_ok()) << set.status.to_string();
+  EXPECT_EQ(set.op, StorageOp::kSet);
+  EXPECT_EQ(set.hits, 4u);
+
+  const auto exists = engine.wait(engine.submit_exists(keys));
+  EXPECT_EQ(exists.op, StorageOp::kExists);
+  EXPECT_EQ(exists.hits, 3u);
+
+  const auto got = engine.wait(engine.submit_get(keys, fp, kPage));
+  ASSERT_TRUE(got.status.is_ok());
+  EXPECT_EQ(got.op, StorageOp::kGet);
+  ASSERT_EQ(got.hits, 3u);
+  ASSERT_EQ(got.payloads.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got.payloads[i], payload(kPage, 10 + static_cast<uint32_t>(i)));
+
+  const StorageStats s = engine.stats();
+  EXPECT_EQ(s.set_calls, 1u);
+  EXPECT_EQ(s.set_blocks, 4u);
+  EXPECT_EQ(s.bytes_written, 4 * (kStorageHeaderBytes + kPage));
+  EXPECT_EQ(s.exists_calls, 1u);
+  EXPECT_EQ(s.exists_hit_blocks, 3u);
+  EXPECT_EQ(s.exists_miss_blocks, 2u);
+  EXPECT_EQ(s.get_calls, 1u);
+  EXPECT_EQ(s.hit_blocks, 3u);
+  EXPECT_EQ(s.miss_blocks, 2u);
+  EXPECT_EQ(s.bytes_read, 4 * (kStorageHeaderBytes + kPage));  // the fifth block came back too
+  EXPECT_EQ(s.errors, 0u);
+  EXPECT_EQ(s.corrupt_values, 0u);
+  EXPECT_GE(s.get_seconds, 0.0);
+  EXPECT_EQ(engine.outstanding(), 0u);
+}
+
+TEST(StorageEngine, AValueOfAnotherSizeOrKeyIsCountedCorruptAndRemoved) {
+  const StorageFingerprint fp = small_fingerprint();
+  const auto keys = storage_keys(fp, prompt(12, 2));
+  StorageEngine engine(memory(), 1);
+  auto values = encoded_pages(fp, keys, kPage, 20);
+  values[1] = encode_value(fp, keys[0], payload(kPage, 99));  // block 0's value under block 1's key
+  ASSERT_TRUE(engine.wait(engine.submit_set(keys, values)).status.is_ok());
+  auto got = engine.wait(engine.submit_get(keys, fp, kPage));
+  EXPECT_EQ(got.hits, 1u);
+  EXPECT_EQ(engine.stats().corrupt_values, 1u);
+  EXPECT_EQ(engine.wait(engine.submit_exists(keys)).hits, 1u) << "the bad value was removed";
+
+  got = engine.wait(engine.submit_get({keys[0]}, fp, kPage + 16));  // this server expects larger pages
+  EXPECT_EQ(got.hits, 0u);
+  EXPECT_EQ(engine.stats().corrupt_values, 2u);
+}
+
+// A backend that fails every call, or blocks each call until released.
+class ScriptedBackend : public StorageBackend {
+ public:
+  std::string_view name() const override { return "scripted"; }
+  Result<size_t> exists(std::span<const StorageKey>) override {
+    pass();
+    return fail_ ? Result<size_t>(unavailable("scripted: down")) : Result<size_t>(size_t{0});
+  }
+  Result<std::vector<std::vector<std::byte>>> get(std::span<const StorageKey> keys) override {
+    pass();
+    if (fail_) return unavailable("scripted: down");
+    return std::vector<std::vector<std::byte>>(keys.size());
+  }
+  Status set(std::span<const StorageKey>, std::span<const std::vector<std::byte>>) override {
+    pass();
+    return fail_ ? unavailable("scripted: down") : Status::ok();
+  }
+
+  bool fail_ = false;
+  void hold() {
+    std::lock_guard lock(mutex_);
+    held_ = true;
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+  int entered() {
+    std::lock_guard lock(mutex_);
+    return entered_;
+  }
+
+ private:
+  void pass() {
+    std::unique_lock lock(mutex_);
+    ++entered_;
+    cv_.wait(lock, [&] { return !held_; });
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  int entered_ = 0;
+};
+
+TEST(StorageEngine, BackendFailuresCompleteWithTheirStatusAndAreCounted) {
+  auto backend = std::make_unique<ScriptedBackend>();
+  backend->fail_ = true;
+  StorageEngine engine(std::move(backend), 2);
+  const auto keys = storage_keys(small_fingerprint(), prompt(8, 3));
+  std::vector<StorageEngine::Ticket> tickets = {engine.submit_exists(keys),
+                                                engine.submit_get(keys, small_fingerprint(), kPage),
+                                                engine.submit_set(keys, encoded_pages(small_fingerprint(), keys, kPage, 1))};
+  for (auto t : tickets) {
+    const auto done = engine.wait(t);
+    EXPECT_EQ(done.status.code(), StatusCode::kUnavailable);
+    EXPECT_EQ(done.hits, 0u);
+  }
+  const StorageStats s = engine.stats();
+  EXPECT_EQ(s.errors, 3u);
+  EXPECT_EQ(s.miss_blocks, 2u);
+  EXPECT_EQ(s.set_blocks, 0u);
+  EXPECT_EQ(s.bytes_written, 0u);
+}
+
+TEST(StorageEngine, MismatchedSetAndUnknownTicketsAreRefused) {
+  StorageEngine engine(memory(), 1);
+  const auto keys = storage_keys(small_fingerprint(), prompt(8, 4));
+  const auto done = engine.wait(engine.submit_set(keys, {}));
+  EXPECT_EQ(done.status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine.wait(12345).status.code(), StatusCode::kFailedPrecondition);
+  const auto t = engine.submit_exists(keys);
+  ASSERT_TRUE(engine.wait(t).status.is_ok());
+  EXPECT_EQ(engine.wait(t).status.code(), StatusCode::kFailedPrecondition) << "collected twice";
+}
+
+TEST(StorageEngine, PollNeverBlocks) {
+  auto backend = std::make_unique<ScriptedBackend>();
+  ScriptedBackend* scripted = backend.get();
+  scripted->hold();
+  StorageEngine engine(std::move(backend), 1);
+  const auto t = engine.submit_exists(storage_keys(small_fingerprint(), prompt(8, 5)));
+  while (scripted->entered() == 0) std::this_thread::yield();
+  EXPECT_TRUE(engine.poll().empty());  // the operation is running, held
+  EXPECT_EQ(engine.outstanding(), 1u);
+  scripted->release();
+  std::vector<StorageEngine::Completion> done;
+  while (done.empty()) {
+    done = engine.poll();
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].ticket, t);
+  EXPECT_EQ(engine.outstanding(), 0u);
+}
+
+TEST(StorageEngine, DestructionDropsQueuedWorkAndWaitsForRunningWork) {
+  auto backend = std::make_unique<ScriptedBackend>();
+  ScriptedBackend* scripted = backend.get();
+  scripted->hold();
+  auto engine = std::make_unique<StorageEngine>(std::move(backend), 2);
+  const auto keys = storage_keys(small_fingerprint(), prompt(8, 6));
+  for (int i = 0; i < 50; ++i) engine->submit_exists(keys);
+  while (scripted->entered() < 2) std::this_thread::yield();  // both workers are inside the backend
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    scripted->release();
+  });
+  engine.reset();  // returns once the two running calls do; the 48 queued never run
+  releaser.join();
+}
+
+// Many threads submit at once; every ticket comes back exactly once, with its
+// operation — collected by one polling thread, or by each submitter waiting
+// for its own. (A ticket is collected once: a waiter and a poller must not
+// compete for the same one.)
+TEST(StorageEngine, ConcurrentSubmitsCompleteExactlyOnce) {
+  const StorageFingerprint fp = small_fingerprint();
+  constexpr int kSubmitters = 4, kEach = 150;
+  for (const bool polled : {true, false}) {
+    SCOPED_TRACE(polled ? "one poller" : "submitters wait");
+    StorageEngine engine(memory(), 3);
+    std::mutex mutex;
+    std::map<StorageEngine::Ticket, StorageOp> issued;
+    std::multimap<StorageEngine::Ticket, StorageOp> collected;
+    std::atomic<int> submitters_left{kSubmitters}, failed{0};
+    auto collect = [&](const StorageEngine::Completion& c) {
+      std::lock_guard lock(mutex);
+      collected.emplace(c.ticket, c.op);
+      if (!c.status.is_ok()) ++failed;
+    };
+
+    std::vector<std::thread> threads;
+    for (int s = 0; s < kSubmitters; ++s) {
+      threads.emplace_back([&, s] {
+        for (int i = 0; i < kEach; ++i) {
+          const auto keys = storage_keys(fp, prompt(16, static_cast<uint32_t>(i % 10)));
+          StorageEngine::Ticket t;
+          StorageOp op;
+          switch ((i + s) % 3) {
+            case 0: t = engine.submit_set(keys, encoded_pages(fp, keys, kPage, 5)), op = StorageOp::kSet; break;
+            case 1: t = engine.submit_get(keys, fp, kPage), op = StorageOp::kGet; break;
+            default: t = engine.submit_exists(keys), op = StorageOp::kExists; break;
+          }
+          {
+            std::lock_guard lock(mutex);
+            issued.emplace(t, op);
+          }
+          if (!polled) collect(engine.wait(t));
+        }
+        --submitters_left;
+      });
+    }
+    std::thread poller([&] {
+      if (!polled) return;
+      for (;;) {
+        const bool last_round = submitters_left.load() == 0;
+        for (const auto& c : engine.poll()) collect(c);
+        if (last_round && engine.outstanding() == 0) break;
+        std::this_thread::yield();
+      }
+    });
+    for (std::thread& t : threads) t.join();
+    poller.join();
+
+    EXPECT_EQ(failed.load(), 0);
+    ASSERT_EQ(issued.size(), size_t{kSubmitters * kEach}) << "a ticket was issued twice";
+    ASSERT_EQ(collected.size(), issued.size());
+    for (const auto& [t, op] : issued) {
+      ASSERT_EQ(collected.count(t), 1u) << "ticket " << t;
+      EXPECT_EQ(collected.find(t)->second, op) << "ticket " << t;
+    }
+    EXPECT_EQ(engine.outstanding(), 0u);
+    const StorageStats st = engine.stats();
+    EXPECT_EQ(st.exists_calls + st.get_calls + st.set_calls, uint64_t{kSubmitters * kEach});
+    EXPECT_EQ(st.errors, 0u);
+    EXPECT_EQ(st.corrupt_values, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace hiq

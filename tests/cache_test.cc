@@ -15,8 +15,10 @@
 #include <thread>
 
 #include "cache/radix_cache.h"
+#include "cache/storage_tier.h"
 #include "codec/numeric.h"
 #include "kv/model_config.h"
+#include "storage/storage_value.h"
 
 namespace hiq {
 namespace {
@@ -302,7 +304,31 @@ struct RandomCase {
   int page_size;
   WritePolicy policy;
   EvictionPolicy eviction;
+  bool storage = false;  // a third tier: written through, prefetched from at random
 };
+
+// A storage tier over `backend` for a harness's cache (synchronous: deterministic).
+std::unique_ptr<StorageTier> make_tier(Harness& h, StorageBackend& backend, int block_tokens,
+                                       std::string model = "test-model") {
+  // The tier owns its backend; these share one (two servers on one store).
+  struct Shared final : StorageBackend {
+    explicit Shared(StorageBackend& shared) : b(shared) {}
+    std::string_view name() const override { return b.name(); }
+    Result<size_t> exists(std::span<const StorageKey> k) override { return b.exists(k); }
+    Result<std::vector<std::vector<std::byte>>> get(std::span<const StorageKey> k) override { return b.get(k); }
+    Status set(std::span<const StorageKey> k, std::span<const std::vector<std::byte>> v) override { return b.set(k, v); }
+    Status remove(std::span<const StorageKey> k) override { return b.remove(k); }
+    StorageBackend& b;
+  };
+  StorageTierOptions o;
+  o.synchronous = true;
+  o.storage.prefetch_threshold_tokens = 1;
+  auto tier = StorageTier::create(
+      *h.cache, *h.l2, std::make_unique<Shared>(backend),
+      make_storage_fingerprint(h.geometry, h.l2->codec(), h.l2->layout(KvPart::kK).record_align, block_tokens, model), o);
+  EXPECT_TRUE(tier.is_ok()) << tier.status().to_string();
+  return tier ? std::move(*tier) : nullptr;
+}
 
 class RadixCacheRandom : public ::testing::TestWithParam<RandomCase> {};
 
@@ -313,6 +339,13 @@ TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
   o.eviction = c.eviction;
   o.write_through_threshold = 2;
   Harness h(c.codec, c.page_size, /*l1_slots=*/96, /*l2_slots=*/160, o, /*workers=*/2);
+  std::unique_ptr<StorageBackend> backend;
+  std::unique_ptr<StorageTier> tier;
+  if (c.storage) {
+    backend = *make_memory_backend(size_t{64} << 20);
+    tier = make_tier(h, *backend, 2 * c.page_size);
+    ASSERT_NE(tier, nullptr);
+  }
   std::mt19937 rng(1234 + static_cast<uint32_t>(c.page_size));
   std::vector<std::vector<TokenId>> history;
   size_t restored = 0, served = 0;
@@ -335,9 +368,12 @@ TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
       h.cache->evict_l1(rng() % 24);
     } else if (action == 8) {
       h.cache->evict_l2(rng() % 24);
+    } else if (tier != nullptr && !history.empty() && rng() % 2 == 0) {
+      tier->start_prefetch(history[rng() % history.size()]);  // what storage holds of it comes back to L2
     } else {
       h.cache->poll_transfers();
     }
+    if (tier != nullptr) tier->poll();  // nothing of storage's stays pinned or unapplied between steps
     const Status st = h.cache->check_invariants();
     ASSERT_TRUE(st.is_ok()) << "step " << step << ": " << st.to_string();
     // Nothing is held outside the tree between requests: no leaked slot.
@@ -345,6 +381,13 @@ TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
     ASSERT_EQ(h.l2->allocator().used_count(), h.cache->l2_tokens()) << "step " << step;
   }
   h.cache->drain_transfers();
+  if (tier != nullptr) {
+    tier->poll();
+    EXPECT_GT(tier->stats().written_blocks, 0u);
+    EXPECT_GT(tier->stats().inserted_tokens, 0u) << "storage never gave anything back";
+    EXPECT_EQ(tier->stats().corrupt_values, 0u);
+    tier.reset();
+  }
   ASSERT_TRUE(h.cache->check_invariants().is_ok());
   EXPECT_GT(served, 700u);
   if (c.policy != WritePolicy::kWriteThroughSelective) {
@@ -361,12 +404,124 @@ INSTANTIATE_TEST_SUITE_P(
                       RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThrough, EvictionPolicy::kLfu},
                       RandomCase{CodecKind::kInt4H, 4, WritePolicy::kWriteThrough, EvictionPolicy::kLru},
                       RandomCase{CodecKind::kFp8, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru},
-                      RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThroughSelective, EvictionPolicy::kLru}),
+                      RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThroughSelective, EvictionPolicy::kLru},
+                      RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThrough, EvictionPolicy::kLru, true},
+                      RandomCase{CodecKind::kInt4H, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru, true}),
     [](const auto& p) {
       return std::string(codec_name(p.param.codec)) + "_page" + std::to_string(p.param.page_size) + "_" +
              std::string(write_policy_name(p.param.policy)) +
-             (p.param.eviction == EvictionPolicy::kLfu ? "_lfu" : "_lru");
+             (p.param.eviction == EvictionPolicy::kLfu ? "_lfu" : "_lru") + (p.param.storage ? "_storage" : "");
     });
+
+TEST(RadixCache, InsertHostAddsHostOnlyKvBelowACachedPathAndFreesWhatItHolds) {
+  RadixCacheOptions o;
+  o.write_policy = WritePolicy::kWriteBack;  // nothing reaches L2 but what insert_host brings
+  Harness h(CodecKind::kInt8, 1, 64, 64, o);
+  std::vector<TokenId> a(12);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<TokenId>(100 + i);
+  ASSERT_TRUE(serve(h, std::span(a).first(4), false));  // tokens 0..3 in L1
+  auto slots = *h.l2->allocator().allocate(8);
+  EXPECT_EQ(h.cache->insert_host(a, 4, slots), 8u);
+  EXPECT_EQ(h.cache->cached_prefix(a).l1, 4u);
+  EXPECT_EQ(h.cache->cached_prefix(a).host, 8u);
+  EXPECT_TRUE(h.cache->check_invariants().is_ok());
+  EXPECT_EQ(h.l2->allocator().used_count(), 8u);
+  // The same tokens again: the tree's copy stays, the new slots are freed.
+  auto again = *h.l2->allocator().allocate(8);
+  EXPECT_EQ(h.cache->insert_host(a, 4, again), 0u);
+  EXPECT_EQ(h.l2->allocator().used_count(), 8u);
+  EXPECT_EQ(h.cache->stats().host_insert_duplicate_tokens, 8u);
+  // An L1 node without an L2 copy adopts the slots as its backup.
+  auto backup = *h.l2->allocator().allocate(4);
+  EXPECT_EQ(h.cache->insert_host(a, 0, backup), 4u);
+  EXPECT_EQ(h.l2->allocator().used_count(), 12u);
+  // Below a path that is not cached: nothing is taken, every slot freed.
+  std::vector<TokenId> other = {7, 7, 7, 7, 8, 8};
+  auto stray = *h.l2->allocator().allocate(2);
+  EXPECT_EQ(h.cache->insert_host(other, 4, stray), 0u);
+  EXPECT_EQ(h.l2->allocator().used_count(), 12u);
+  EXPECT_TRUE(h.cache->check_invariants().is_ok());
+}
+
+// Two servers on one store, one after the other (a restart): the second finds
+// what the first computed, restores it through L2, and reads the right KV.
+TEST(StorageTier, ARestartedServerRestoresWhatTheFirstComputedFromStorage) {
+  auto backend = *make_memory_backend(size_t{16} << 20);
+  std::vector<TokenId> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(i * 3 + 1);
+  {
+    Harness first(CodecKind::kInt8, 2, 64, 128, RadixCacheOptions{});
+    auto tier = make_tier(first, *backend, 8);
+    ASSERT_TRUE(serve(first, prompt, true));
+    first.cache->drain_transfers();
+    tier->poll();
+    EXPECT_EQ(tier->stats().written_blocks, 5u);  // 40 tokens: five blocks of 8
+  }
+  Harness second(CodecKind::kInt8, 2, 64, 128, RadixCacheOptions{});
+  auto tier = make_tier(second, *backend, 8);
+  std::vector<TokenId> longer = prompt;
+  longer.insert(longer.end(), {5, 6, 7, 8});
+  ASSERT_NE(tier->start_prefetch(longer), 0u);
+  tier->poll();
+  EXPECT_EQ(tier->stats().inserted_tokens, 40u);
+  EXPECT_EQ(second.cache->cached_prefix(longer).host, 40u);
+  size_t restored = 0;
+  ASSERT_TRUE(serve(second, longer, true, &restored));  // checks every restored row
+  EXPECT_EQ(restored, 40u);
+  // What is cached is not fetched again.
+  EXPECT_EQ(tier->start_prefetch(longer), 0u);
+}
+
+TEST(StorageTier, ACorruptOrForeignValueIsAMissNeverServed) {
+  auto backend = *make_memory_backend(size_t{16} << 20);
+  std::vector<TokenId> prompt(32);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(i + 9);
+  {
+    Harness first(CodecKind::kInt8, 1, 64, 128, RadixCacheOptions{});
+    auto tier = make_tier(first, *backend, 8);
+    ASSERT_TRUE(serve(first, prompt, true));
+    first.cache->drain_transfers();
+    tier->poll();
+    // Flip a byte of the third block's value.
+    const auto keys = storage_keys(tier->fingerprint(), prompt);
+    auto values = *backend->get(std::span(keys).subspan(2, 1));
+    values[0][values[0].size() / 2] ^= std::byte{0x40};
+    ASSERT_TRUE(backend->set(std::span(keys).subspan(2, 1), values).is_ok());
+  }
+  {
+    Harness other(CodecKind::kInt4, 1, 64, 128, RadixCacheOptions{});  // another codec: other keys
+    auto tier = make_tier(other, *backend, 8);
+    tier->start_prefetch(prompt);
+    tier->poll();
+    EXPECT_EQ(tier->stats().inserted_tokens, 0u);
+  }
+  Harness second(CodecKind::kInt8, 1, 64, 128, RadixCacheOptions{});
+  auto tier = make_tier(second, *backend, 8);
+  ASSERT_NE(tier->start_prefetch(prompt), 0u);
+  tier->poll();
+  EXPECT_EQ(tier->stats().corrupt_values, 1u);
+  EXPECT_EQ(tier->stats().inserted_tokens, 16u);  // the two blocks before the corrupt one
+  EXPECT_EQ(second.l2->allocator().used_count(), 16u);  // the rest of the fetch's slots went back
+  size_t restored = 0;
+  ASSERT_TRUE(serve(second, prompt, true, &restored));
+  EXPECT_EQ(restored, 16u);
+}
+
+TEST(StorageTier, SlotsBeingWrittenOutStayIntactUntilTheWriteIsApplied) {
+  auto backend = *make_memory_backend(size_t{16} << 20);
+  Harness h(CodecKind::kBf16, 1, 64, 64, RadixCacheOptions{});
+  auto tier = make_tier(h, *backend, 4);
+  std::vector<TokenId> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  ASSERT_TRUE(serve(h, prompt, false));
+  h.cache->drain_transfers();  // the backup completes: a write is issued, its slots pinned
+  h.cache->clear();            // the tree lets go of everything
+  EXPECT_EQ(h.l2->allocator().released_pinned_count(), 8u);
+  EXPECT_EQ(h.l2->allocator().free_count(), h.l2->capacity_tokens() - 8);
+  tier->poll();
+  EXPECT_EQ(h.l2->allocator().released_pinned_count(), 0u);
+  EXPECT_EQ(h.l2->allocator().free_count(), h.l2->capacity_tokens());
+  EXPECT_EQ(tier->stats().written_blocks, 2u);
+}
 
 TEST(WritePolicyNames, ParseSglangSpellings) {
   EXPECT_EQ(*parse_write_policy("write_through"), WritePolicy::kWriteThrough);

@@ -57,6 +57,38 @@ TEST(SlotAllocator, DoubleFreeAndStrangersChangeNothing) {
   EXPECT_EQ(a.free(slots).code(), StatusCode::kFailedPrecondition);  // now every one is a double free
 }
 
+TEST(SlotAllocator, APinnedSlotFreedByItsOwnerIsFreeOnlyAfterItsLastPin) {
+  SlotAllocator a(4);
+  const auto slots = *a.allocate(4);  // 0..3
+  ASSERT_TRUE(a.pin(std::vector<SlotId>{1, 2, 2}).is_ok());  // slot 2 twice
+  ASSERT_TRUE(a.free(slots).is_ok());  // the owner lets go of all four
+  EXPECT_FALSE(a.is_allocated(1));     // ownership ends at once
+  EXPECT_EQ(a.free_count(), 2u);       // 0 and 3; 1 and 2 are still pinned
+  EXPECT_EQ(a.released_pinned_count(), 2u);
+  EXPECT_EQ(a.allocate(3).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(a.free(std::vector<SlotId>{1}).code(), StatusCode::kFailedPrecondition);  // still a double free
+  ASSERT_TRUE(a.unpin(std::vector<SlotId>{1, 2}).is_ok());
+  EXPECT_EQ(a.free_count(), 3u);  // 1 is free; 2 has a pin left
+  ASSERT_TRUE(a.unpin(std::vector<SlotId>{2}).is_ok());
+  EXPECT_EQ(a.free_count(), 4u);
+  EXPECT_EQ(a.released_pinned_count(), 0u);
+}
+
+TEST(SlotAllocator, BadPinsAndUnpinsChangeNothing) {
+  SlotAllocator a(4);
+  const auto slots = *a.allocate(2);  // 0, 1
+  EXPECT_EQ(a.pin(std::vector<SlotId>{0, 3}).code(), StatusCode::kFailedPrecondition);  // 3 is free
+  EXPECT_EQ(a.unpin(std::vector<SlotId>{0}).code(), StatusCode::kFailedPrecondition);   // the pin of 0 did not happen
+  ASSERT_TRUE(a.pin(std::vector<SlotId>{0, 1}).is_ok());
+  ASSERT_TRUE(a.free(slots).is_ok());
+  // 1 listed twice has one pin: nothing changes, 0 keeps its pin.
+  EXPECT_EQ(a.unpin(std::vector<SlotId>{0, 1, 1}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a.free_count(), 2u);
+  EXPECT_EQ(a.unpin(std::vector<SlotId>{9}).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(a.unpin(std::vector<SlotId>{0, 1}).is_ok());
+  EXPECT_EQ(a.free_count(), 4u);
+}
+
 TEST(SlotAllocator, RandomisedAgainstASetModel) {
   SlotAllocator a(257);
   std::set<SlotId> model;

@@ -301,6 +301,67 @@ RadixNode* RadixCache::insert(std::span<const TokenId> tokens, std::span<const S
   return node;
 }
 
+size_t RadixCache::insert_host(std::span<const TokenId> tokens, size_t from, std::span<const SlotId> l2_slots) {
+  HIQ_CHECK(l2_ != nullptr && from % page_size_ == 0 && l2_slots.size() % page_size_ == 0 &&
+            from + l2_slots.size() <= tokens.size());
+  const auto free_slots = [&](size_t begin, size_t end) {  // token positions, from `from`
+    if (end > begin) HIQ_CHECK(l2_->allocator().free(l2_slots.subspan(begin - from, end - begin)).is_ok());
+  };
+  const size_t end = from + l2_slots.size();
+  const uint64_t now = tick();
+  // The path of tokens[0, from), split where it ends inside an edge.
+  RadixNode* node = root_.get();
+  size_t pos = 0;
+  while (pos < from) {
+    auto it = node->children.find(first_page(tokens.subspan(pos), page_size_));
+    const size_t common = it == node->children.end()
+                              ? 0
+                              : common_prefix(it->second->key, tokens.subspan(pos, from - pos)) / page_size_ * page_size_;
+    if (common == 0 || (common < it->second->size() && common < from - pos)) {
+      free_slots(from, end);  // the prefix is no longer cached
+      return 0;
+    }
+    RadixNode* child = it->second.get();
+    if (common < child->size()) child = split(child, common);
+    pos += child->size();
+    node = child;
+  }
+  size_t taken = 0;
+  while (pos < end) {
+    const std::span<const TokenId> rest = tokens.subspan(pos, end - pos);
+    auto it = node->children.find(first_page(rest, page_size_));
+    if (it == node->children.end()) {
+      auto leaf = std::make_unique<RadixNode>();
+      leaf->key.assign(rest.begin(), rest.end());
+      leaf->l2.assign(l2_slots.begin() + static_cast<std::ptrdiff_t>(pos - from), l2_slots.end());
+      leaf->parent = node;
+      leaf->last_access = now;
+      l2_tokens_ += leaf->size();
+      taken += leaf->size();
+      node->children.emplace(first_page(rest, page_size_), std::move(leaf));
+      break;
+    }
+    RadixNode* child = it->second.get();
+    const size_t common = common_prefix(child->key, rest) / page_size_ * page_size_;
+    if (common < child->size()) child = split(child, common);
+    if (child->l2.empty() && child->transfer == NodeTransfer::kNone) {
+      // L1 only: what storage held is its backup.
+      child->l2.assign(l2_slots.begin() + static_cast<std::ptrdiff_t>(pos - from),
+                       l2_slots.begin() + static_cast<std::ptrdiff_t>(pos - from + child->size()));
+      l2_tokens_ += child->size();
+      taken += child->size();
+    } else {
+      free_slots(pos, pos + child->size());
+      stats_.host_insert_duplicate_tokens += child->size();
+    }
+    pos += child->size();
+    node = child;
+  }
+  stats_.host_inserted_tokens += taken;
+  HIQ_CACHE_DEBUG_CHECK();
+  return taken;
+}
+
 void RadixCache::maybe_backup(RadixNode* node) {
   if (!l2_ || !node->l2.empty() || node->transfer != NodeTransfer::kNone || !node->in_l1()) return;
   if (options_.write_policy == WritePolicy::kWriteThrough ||
@@ -426,6 +487,7 @@ size_t RadixCache::evict_l1_settled(size_t tokens) {
         ++stats_.l1_eviction_waits;
         stats_.l1_eviction_wait_tokens += size;
         settle(victim, ok);
+        if (ok && backup_listener_) notify_backup(victim);
       }
     }
     if (victim->in_l2()) {
@@ -532,6 +594,34 @@ void RadixCache::settle(RadixNode* n, bool ok) {
   n->transfer = NodeTransfer::kNone;
 }
 
+void RadixCache::notify_backup(const RadixNode* node) {
+  std::vector<const RadixNode*> path;
+  for (const RadixNode* n = node; n != root_.get(); n = n->parent) path.push_back(n);
+  std::vector<TokenId> tokens;
+  std::vector<SlotId> slots;
+  const auto append = [&](const RadixNode* n) {
+    tokens.insert(tokens.end(), n->key.begin(), n->key.end());
+    if (n->in_l2()) slots.insert(slots.end(), n->l2.begin(), n->l2.end());
+    else slots.insert(slots.end(), n->size(), kNoSlot);
+  };
+  for (auto it = path.rbegin(); it != path.rend(); ++it) append(*it);
+  // Blocks may run on into descendants already in L2 (write-back backs up a
+  // node after its children): hand over every path down through them.
+  const auto down = [&](const auto& self, const RadixNode* n) -> void {
+    bool deeper = false;
+    for (const auto& [page, child] : n->children) {
+      if (!child->in_l2()) continue;
+      deeper = true;
+      append(child.get());
+      self(self, child.get());
+      tokens.resize(tokens.size() - child->size());
+      slots.resize(slots.size() - child->size());
+    }
+    if (!deeper) backup_listener_(tokens, slots);
+  };
+  down(down, node);
+}
+
 size_t RadixCache::settle_now(RadixNode* node) {
   auto entry = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& e) {
     return std::find(e.second.begin(), e.second.end(), node) != e.second.end();
@@ -550,8 +640,14 @@ size_t RadixCache::settle_now(RadixNode* node) {
 void RadixCache::apply(const Completion& completion) {
   auto it = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& e) { return e.first == completion.ticket; });
   if (it == inflight_.end()) return;  // already settled (write-back waits for its own backups)
-  for (RadixNode* n : it->second) settle(n, completion.status.is_ok());
+  const bool backed_up = completion.status.is_ok() && !it->second.empty() &&
+                         it->second.front()->transfer == NodeTransfer::kBackup;
+  const std::vector<RadixNode*> nodes = std::move(it->second);
   inflight_.erase(it);
+  for (RadixNode* n : nodes) settle(n, completion.status.is_ok());
+  // Once every node of the transfer is valid in L2 (a split shares one).
+  if (backed_up && backup_listener_)
+    for (const RadixNode* n : nodes) notify_backup(n);
   HIQ_CACHE_DEBUG_CHECK();
 }
 

@@ -87,6 +87,9 @@ struct RadixCacheStats {
   // Transfers L1 eviction waited for (a backup reading, or a restore writing,
   // slots it had to free; write-back's backups), and the tokens they carried.
   uint64_t l1_eviction_waits = 0, l1_eviction_wait_tokens = 0;
+  // KV inserted host-only from outside (insert_host: the storage tier), and
+  // the tokens of it the tree already held (their slots freed or adopted).
+  uint64_t host_inserted_tokens = 0, host_insert_duplicate_tokens = 0;
 };
 
 class RadixCache;
@@ -167,6 +170,24 @@ class RadixCache {
   // until the next call that changes the tree.
   RadixNode* insert(std::span<const TokenId> tokens, std::span<const SlotId> l1_slots);
 
+  // Adds host-only KV for tokens[from, from + l2_slots.size()) below the path
+  // of tokens[0, from), which must still be in the tree (in any tier): the
+  // records are already in `l2_slots` (e.g. fetched from storage), and the
+  // cache takes the slots over. Where the tree holds some of these tokens by
+  // now, its copy stays and the given slots are freed, except that a node
+  // with L1 KV and no L2 copy adopts them as its L2 copy. `from` and the
+  // slot count must be whole pages. Returns the tokens whose KV the tree took
+  // (0 when the path of tokens[0, from) is gone: every slot is freed).
+  size_t insert_host(std::span<const TokenId> tokens, size_t from, std::span<const SlotId> l2_slots);
+
+  // Called whenever KV becomes valid in L2 through a backup, with the tokens
+  // from the root to the end of the backed-up node and, for each, its L2 slot
+  // (kNoSlot where that token has no valid L2 copy). The storage tier writes
+  // what it can from there. Empty by default.
+  static constexpr SlotId kNoSlot = UINT32_MAX;
+  using BackupListener = std::function<void(std::span<const TokenId> tokens, std::span<const SlotId> l2_slots)>;
+  void set_backup_listener(BackupListener listener) { backup_listener_ = std::move(listener); }
+
   CacheLock lock(RadixNode* node);
   // The L1 slots of the tokens from the root down to `node`, in token order
   // (valid while the node is locked and in L1).
@@ -218,6 +239,8 @@ class RadixCache {
   // Waits for the transfer `node` is part of and applies it now; returns the
   // tokens that transfer carried.
   size_t settle_now(RadixNode* node);
+  // Hands the path of a node just backed up to backup_listener_.
+  void notify_backup(const RadixNode* node);
   // evict_l1 without waiting for any transfer.
   size_t evict_l1_settled(size_t tokens);
   Result<std::vector<SlotId>> allocate_l1(size_t tokens);
@@ -235,6 +258,7 @@ class RadixCache {
   uint64_t clock_ = 0;  // logical time: the order of accesses is all LRU needs
   RadixCacheStats stats_;
   bool backups_stopped_ = false;
+  BackupListener backup_listener_;
 };
 
 }  // namespace hiq

@@ -59,6 +59,7 @@ struct Scheduler::Active {
   bool resumed = false;           // retracted once: its next prefill continues its output
   size_t chunk_end = 0;           // a chunked prefill computes tokens [cached, chunk_end) this step
   bool prefill_started = false;   // an earlier chunk of its prompt ran
+  StorageTier::PrefetchId prefetch = 0;  // its lookup in storage, while it waits
 };
 
 Scheduler::Scheduler(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
@@ -88,6 +89,10 @@ void Scheduler::submit(Request request, double arrival) {
   a->rank = submitted_++;
   a->tokens = request.prompt;
   a->request = std::move(request);
+  if (storage_ != nullptr) {
+    storage_->poll();  // what earlier prefetches brought is in the tree before this one looks
+    a->prefetch = storage_->start_prefetch(std::span(a->tokens).first(usable_prefix(*a)));
+  }
   waiting_.push_back(std::move(a));
 }
 
@@ -95,6 +100,7 @@ bool Scheduler::cancel(uint64_t id) {
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
     if ((*it)->request.id != id) continue;
     Active& a = **it;
+    if (storage_ != nullptr) storage_->forget(a.prefetch);
     a.result.finish_reason = FinishReason::kCancelled;
     a.result.request = std::move(a.request);
     finished_.push_back(std::move(a.result));
@@ -431,6 +437,7 @@ void Scheduler::finish(Active& a, FinishReason reason) {
 }
 
 Result<bool> Scheduler::step() {
+  if (storage_ != nullptr) storage_->poll();
   // Finish requests that were cancelled, generated a stop token, or have all their tokens.
   for (auto it = running_.begin(); it != running_.end();) {
     Active& a = **it;
@@ -506,10 +513,21 @@ Result<bool> Scheduler::step() {
         continue;
       }
     }
+    if (storage_ != nullptr && a.prefetch != 0 &&
+        storage_->should_wait(a.prefetch, a.result.arrival, runner_.now())) {
+      ++it;  // its prefetch is still on the way: the next ones may go first
+      continue;
+    }
     const Admission admission = admit(a);
     if (admission == Admission::kWait) {
       ++stats_.admission_waits;
       break;
+    }
+    if (storage_ != nullptr && a.prefetch != 0) {
+      if (admission == Admission::kAdmitted && !a.resumed)
+        a.result.cached_storage_tokens = std::min(storage_->inserted_tokens(a.prefetch), a.result.cached_l2_tokens);
+      storage_->forget(a.prefetch);
+      a.prefetch = 0;
     }
     std::unique_ptr<Active> owned = std::move(*it);
     it = waiting_.erase(it);
@@ -533,6 +551,9 @@ Result<bool> Scheduler::step() {
     last_step_was_chunk_ = chunked_ != nullptr;
   } else if (!running_.empty()) {
     HIQ_RETURN_IF_ERROR(decode());
+  } else if (!waiting_.empty() && storage_ != nullptr && storage_->in_flight() > 0) {
+    ++stats_.storage_waits;
+    storage_->wait_for_progress(0.01);  // the queue waits for storage: let it make progress
   } else if (!waiting_.empty() && cache_.transfers_in_flight() > 0) {
     ++stats_.transfer_drains;
     cache_.drain_transfers();  // KV under backup cannot be evicted yet: wait for it, then retry

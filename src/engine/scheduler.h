@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cache/radix_cache.h"
+#include "cache/storage_tier.h"
 #include "engine/model_runner.h"
 #include "engine/workload.h"
 #include "memory/device_kv_pool.h"
@@ -93,6 +94,7 @@ struct RequestResult {
   size_t prompt_tokens = 0;
   size_t cached_l1_tokens = 0;           // prompt tokens found in L1
   size_t cached_l2_tokens = 0;           // prompt tokens restored from L2
+  size_t cached_storage_tokens = 0;      // of those, tokens the storage tier fetched for it
   std::vector<TokenId> output;
   FinishReason finish_reason = FinishReason::kLength;
   // Runner clock, seconds: submitted, admitted to a prefill batch (the last
@@ -121,6 +123,7 @@ struct SchedulerStats {
   uint64_t transfer_drains = 0;  // steps that waited for the cache's transfers with nothing else to run
   uint64_t retractions = 0;      // running requests sent back to the queue when decode ran out of L1
   uint64_t prefill_chunks = 0;   // prefill steps that computed a chunk of a prompt, not its end
+  uint64_t storage_waits = 0;    // steps in which nothing ran but storage prefetches were awaited
 };
 
 class Scheduler {
@@ -128,6 +131,11 @@ class Scheduler {
   Scheduler(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
             SchedulerOptions options = {});
   ~Scheduler();
+
+  // A third tier (may be null; must outlive the scheduler): every submitted
+  // prompt is looked up in storage while it waits, and admission waits for
+  // that as the tier's prefetch policy says.
+  void set_storage(StorageTier* storage) { storage_ = storage; }
 
   void submit(Request request, double arrival);
   // Ends request `id`: a waiting one at once, a running one at the start of
@@ -169,6 +177,7 @@ class Scheduler {
   void release(Active& a);
 
   RadixCache& cache_;
+  StorageTier* storage_ = nullptr;
   DeviceKvPool& l1_;
   TransferEngine* engine_;
   ModelRunner& runner_;

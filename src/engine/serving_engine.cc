@@ -32,14 +32,17 @@ constexpr auto kIdlePoll = std::chrono::milliseconds(20);
 }  // namespace
 
 ServingEngine::ServingEngine(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
-                             SchedulerOptions options, const HostKvPool* l2)
+                             SchedulerOptions options, const HostKvPool* l2, StorageTier* storage)
     : cache_(cache),
       l1_(l1),
       l2_(l2),
       transfer_(engine),
       runner_(runner),
       options_(options),
-      scheduler_(cache, l1, engine, runner, serving_options(options)) {
+      scheduler_(cache, l1, engine, runner, serving_options(options)),
+      storage_(storage) {
+  scheduler_.set_storage(storage);
+  stats_.storage = storage != nullptr;
   stats_.l1_free_slots = l1_.allocator().free_count();
   thread_ = std::thread([this] { loop(); });
 }
@@ -163,6 +166,7 @@ void ServingEngine::dispatch() {
     stats_.prompt_tokens += r.prompt_tokens;
     stats_.cached_l1_tokens += r.cached_l1_tokens;
     stats_.cached_l2_tokens += r.cached_l2_tokens;
+    stats_.cached_storage_tokens += r.cached_storage_tokens;
     const auto it = streams_.find(r.id);
     if (it == streams_.end()) continue;
     GenerationEvent event;
@@ -179,6 +183,7 @@ void ServingEngine::dispatch() {
   stats_.l1_free_slots = l1_.allocator().free_count();
   if (l2_ != nullptr) stats_.l2_used_tokens = l2_->capacity_tokens() - l2_->allocator().free_count();
   if (transfer_ != nullptr) stats_.transfer = transfer_->stats();
+  if (storage_ != nullptr) stats_.storage_tier = storage_->stats();
 }
 
 void ServingEngine::loop() {
@@ -253,6 +258,7 @@ void ServingEngine::loop() {
       }
     } else {
       cache_.poll_transfers();
+      if (storage_ != nullptr) storage_->poll();  // writes to storage finish (and unpin) while idle too
     }
     dispatch();
     if (flush) {

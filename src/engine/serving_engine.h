@@ -74,6 +74,9 @@ struct ServingStats {
   uint64_t rejected_queue_full = 0;  // submissions refused by SchedulerOptions::max_queued_requests
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t cached_l1_tokens = 0, cached_l2_tokens = 0;  // prompt tokens served from each tier
+  uint64_t cached_storage_tokens = 0;  // of cached_l2_tokens, those the storage tier fetched
+  bool storage = false;                // a storage tier is attached
+  StorageTierStats storage_tier;       // its counters (zeros without one)
   size_t l1_free_slots = 0;
   size_t l2_used_tokens = 0;  // 0 without a host tier
   TransferStats transfer;     // restores and backups: tokens, bytes, seconds (zeros without a host tier)
@@ -82,9 +85,10 @@ struct ServingStats {
 
 class ServingEngine {
  public:
-  // `l2` (null without a host tier) is only read, for stats.
+  // `l2` (null without a host tier) is only read, for stats. `storage` (may
+  // be null) is the third tier; the engine's thread alone uses it from here on.
   ServingEngine(RadixCache& cache, DeviceKvPool& l1, TransferEngine* engine, ModelRunner& runner,
-                SchedulerOptions options = {}, const HostKvPool* l2 = nullptr);
+                SchedulerOptions options = {}, const HostKvPool* l2 = nullptr, StorageTier* storage = nullptr);
   ~ServingEngine();
   ServingEngine(const ServingEngine&) = delete;
   ServingEngine& operator=(const ServingEngine&) = delete;
@@ -122,6 +126,7 @@ class ServingEngine {
   ModelRunner& runner_;
   const SchedulerOptions options_;
   Scheduler scheduler_;
+  StorageTier* storage_;
 
   mutable std::mutex mutex_;              // guards everything below
   std::condition_variable wake_;

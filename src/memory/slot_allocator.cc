@@ -7,7 +7,7 @@
 
 namespace hiq {
 
-SlotAllocator::SlotAllocator(size_t capacity) : allocated_(capacity, false) {
+SlotAllocator::SlotAllocator(size_t capacity) : allocated_(capacity, false), pins_(capacity, 0) {
   free_.reserve(capacity);
   for (size_t i = capacity; i > 0; --i) free_.push_back(static_cast<SlotId>(i - 1));
 }
@@ -44,7 +44,41 @@ Status SlotAllocator::free(std::span<const SlotId> slots) {
     }
     allocated_[s] = false;
   }
-  free_.insert(free_.end(), slots.begin(), slots.end());
+  for (SlotId s : slots) {
+    if (pins_[s] == 0) free_.push_back(s);
+    else ++released_pinned_;
+  }
+  return Status::ok();
+}
+
+Status SlotAllocator::pin(std::span<const SlotId> slots) {
+  for (SlotId s : slots) {
+    if (s >= capacity()) return failed_precondition("pin of slot " + std::to_string(s) + ", beyond the pool");
+    if (!allocated_[s]) return failed_precondition("pin of slot " + std::to_string(s) + ", which is not allocated");
+    if (pins_[s] == UINT16_MAX) return failed_precondition("slot " + std::to_string(s) + " is pinned too often");
+  }
+  for (SlotId s : slots) ++pins_[s];
+  return Status::ok();
+}
+
+Status SlotAllocator::unpin(std::span<const SlotId> slots) {
+  // Drop the pins as they are checked (a slot listed twice needs two); on the
+  // first bad slot, put back what was dropped and freed so far.
+  const size_t free_before = free_.size(), released_before = released_pinned_;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const SlotId s = slots[i];
+    if (s >= capacity() || pins_[s] == 0) {
+      for (size_t j = 0; j < i; ++j) ++pins_[slots[j]];
+      free_.resize(free_before);
+      released_pinned_ = released_before;
+      return failed_precondition("unpin of slot " + std::to_string(s) +
+                                 (s >= capacity() ? ", beyond the pool" : ", which is not pinned"));
+    }
+    if (--pins_[s] == 0 && !allocated_[s]) {
+      free_.push_back(s);
+      --released_pinned_;
+    }
+  }
   return Status::ok();
 }
 

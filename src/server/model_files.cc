@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 #include "core/json_input.h"
 #include "tokenizer/tokenizer.h"
@@ -108,6 +109,45 @@ Result<std::vector<int32_t>> read_prompt_prefix(const std::string& dir, const To
     prefix.push_back(*id);
   }
   return prefix;
+}
+
+Result<std::string> model_identity(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files = {fs::path(dir) / "config.json"};
+  std::vector<fs::path> weights;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".safetensors") weights.push_back(entry.path());
+  if (ec) return not_found("model identity: cannot list " + dir + ": " + ec.message());
+  std::sort(weights.begin(), weights.end());
+  files.insert(files.end(), weights.begin(), weights.end());
+
+  struct StateFree {
+    void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+  };
+  std::unique_ptr<XXH3_state_t, StateFree> state(XXH3_createState());
+  if (!state || XXH3_64bits_reset(state.get()) != XXH_OK) return internal_error("model identity: xxhash failed");
+  std::vector<char> buffer(size_t{8} << 20);
+  for (const fs::path& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return not_found("model identity: cannot read " + file.string());
+    const std::string name = file.filename().string();
+    const uint64_t size = fs::file_size(file, ec);
+    if (ec) return not_found("model identity: cannot read " + file.string() + ": " + ec.message());
+    (void)XXH3_64bits_update(state.get(), name.data(), name.size());
+    (void)XXH3_64bits_update(state.get(), &size, sizeof(size));
+    uint64_t read = 0;
+    while (in) {
+      in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+      const auto got = static_cast<size_t>(in.gcount());
+      (void)XXH3_64bits_update(state.get(), buffer.data(), got);
+      read += got;
+    }
+    if (read != size) return data_loss("model identity: " + file.string() + " changed or could not be read whole");
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(XXH3_64bits_digest(state.get())));
+  return "xxh3:" + std::string(hex);
 }
 
 }  // namespace hiq

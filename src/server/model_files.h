@@ -46,4 +46,12 @@ Result<GenerationConfig> read_generation_config(const std::string& dir, const To
 // must be extendable).
 Result<std::vector<int32_t>> read_prompt_prefix(const std::string& dir, const Tokenizer& tokenizer);
 
+// What identifies a model's KV for the storage tier's keys: "xxh3:" and the
+// XXH3-64 of config.json and of every *.safetensors file's bytes (sorted by
+// name, each name and length included). Two directories with the same
+// weights agree wherever they are; a fine-tune of the same shapes does not.
+// Reads every weight byte once. Errors (kNotFound, kDataLoss): a file that
+// cannot be read.
+Result<std::string> model_identity(const std::string& dir);
+
 }  // namespace hiq

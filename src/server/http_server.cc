@@ -84,6 +84,9 @@ struct HttpServer::Impl {
   Family<Counter>* evicted_tokens = nullptr;
   Family<Counter>* transfer_bytes = nullptr;
   Family<Counter>* transfer_seconds = nullptr;
+  Family<Counter>* storage_blocks = nullptr;
+  Family<Counter>* storage_bytes = nullptr;
+  Family<Counter>* storage_errors = nullptr;
   Family<Counter>* steps = nullptr;
   Family<Counter>* step_seconds = nullptr;
   Family<Counter>* queue_seconds = nullptr;
@@ -117,7 +120,8 @@ struct HttpServer::Impl {
     generation_tokens = *registry.counter("sglang:generation_tokens_total", "Generated tokens");
     requests_total = *registry.counter("sglang:num_requests_total", "Finished requests by finish reason", {"reason"});
     cached_tokens = *registry.counter("hiq:cached_prompt_tokens_total",
-                                      "Prompt tokens served from the KV cache, by tier (device = L1, host = L2)",
+                                      "Prompt tokens served from the KV cache, by tier (device = L1, host = L2, "
+                                      "storage = fetched from L3 for the request)",
                                       {"tier"});
     load_back_tokens = *registry.counter("hiq:load_back_tokens_total", "Tokens restored from L2 into L1");
     backup_tokens = *registry.counter("hiq:backup_tokens_total", "Tokens backed up from L1 to L2");
@@ -128,6 +132,14 @@ struct HttpServer::Impl {
     transfer_seconds = *registry.counter("hiq:transfer_seconds_total",
                                          "Seconds from submission to completion of L1↔L2 transfers, summed, by direction",
                                          {"direction"});
+    storage_blocks = *registry.counter("hiq:storage_blocks_total",
+                                       "Blocks of KV written to storage (L3) and fetched from it, by op", {"op"});
+    storage_bytes = *registry.counter("hiq:storage_bytes_total", "Bytes written to and read from storage (L3)",
+                                      {"direction"});
+    storage_errors = *registry.counter("hiq:storage_errors_total",
+                                       "Storage (L3) failures, by kind (write, probe, fetch, corrupt: a value that "
+                                       "failed its checks and was not served)",
+                                       {"kind"});
     steps = *registry.counter("hiq:scheduler_steps_total", "Engine steps, by kind (prefill, decode)", {"kind"});
     step_seconds = *registry.counter("hiq:scheduler_step_seconds_total", "Seconds spent in forward passes, by kind",
                                      {"kind"});
@@ -159,7 +171,17 @@ struct HttpServer::Impl {
   std::string metrics_text() {
     const ServingStats s = stack.engine().stats();
     sync(cached_tokens->with({"device"}), static_cast<double>(s.cached_l1_tokens));
-    sync(cached_tokens->with({"host"}), static_cast<double>(s.cached_l2_tokens));
+    sync(cached_tokens->with({"host"}), static_cast<double>(s.cached_l2_tokens - s.cached_storage_tokens));
+    sync(cached_tokens->with({"storage"}), static_cast<double>(s.cached_storage_tokens));
+    const StorageTierStats& st = s.storage_tier;
+    sync(storage_blocks->with({"written"}), static_cast<double>(st.written_blocks));
+    sync(storage_blocks->with({"fetched"}), static_cast<double>(st.fetched_blocks));
+    sync(storage_bytes->with({"write"}), static_cast<double>(st.bytes_written));
+    sync(storage_bytes->with({"read"}), static_cast<double>(st.bytes_read));
+    sync(storage_errors->with({"write"}), static_cast<double>(st.write_failures));
+    sync(storage_errors->with({"probe"}), static_cast<double>(st.probe_failures));
+    sync(storage_errors->with({"fetch"}), static_cast<double>(st.fetch_failures));
+    sync(storage_errors->with({"corrupt"}), static_cast<double>(st.corrupt_values));
     sync(load_back_tokens->get(), static_cast<double>(s.cache.load_back_tokens));
     sync(backup_tokens->get(), static_cast<double>(s.cache.backup_tokens));
     sync(evicted_tokens->with({"device"}),
@@ -389,7 +411,8 @@ struct HttpServer::Impl {
     const RequestResult& first = readers.front().result;
     u.prompt_tokens = static_cast<int64_t>(first.prompt_tokens);
     u.cached_tokens_device = static_cast<int64_t>(first.cached_l1_tokens);
-    u.cached_tokens_host = static_cast<int64_t>(first.cached_l2_tokens);
+    u.cached_tokens_host = static_cast<int64_t>(first.cached_l2_tokens - first.cached_storage_tokens);
+    u.cached_tokens_storage = static_cast<int64_t>(first.cached_storage_tokens);
     for (const Reader& r : readers) u.completion_tokens += static_cast<int64_t>(r.ids.size());
     return u;
   }

@@ -179,7 +179,8 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens_device = 0;     // prefix found in L1 (GPU memory)
-  int64_t cached_tokens_host = 0;       // prefix restored from L2 (host memory)
+  int64_t cached_tokens_host = 0;       // prefix restored from L2 (host memory), storage's excluded
+  int64_t cached_tokens_storage = 0;    // prefix fetched from storage (L3) into L2 for this request, then restored
 };
 
 // Identifies one response; every chunk of a stream repeats it.

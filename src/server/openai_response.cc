@@ -23,10 +23,12 @@ ordered_json usage_json(const Usage& u) {
   j["prompt_tokens"] = u.prompt_tokens;
   j["completion_tokens"] = u.completion_tokens;
   j["total_tokens"] = u.prompt_tokens + u.completion_tokens;
-  j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens_device + u.cached_tokens_host}};
+  j["prompt_tokens_details"] = {
+      {"cached_tokens", u.cached_tokens_device + u.cached_tokens_host + u.cached_tokens_storage}};
   ordered_json tiers;
   tiers["device"] = u.cached_tokens_device;
   tiers["host"] = u.cached_tokens_host;
+  if (u.cached_tokens_storage > 0) tiers["storage"] = u.cached_tokens_storage;
   j["hiq_cached_tokens_by_tier"] = std::move(tiers);
   return j;
 }

@@ -49,6 +49,13 @@ Status ServeConfig::validate() const {
   if (transfer_workers < 1 || transfer_workers > 256) return invalid_argument("transfer_workers must be in [1, 256]");
   if (cpu_threads < 0 || cpu_threads > 1024) return invalid_argument("cpu_threads must be in [0, 1024] (0: every core)");
   HIQ_RETURN_IF_ERROR(cuda.validate());
+  if (storage.backend != StorageBackendKind::kNone) {
+    if (!hicache) return invalid_argument("storage needs the host tier: its blocks are L2 records");
+    if (storage_block_tokens < 1 || storage_block_tokens % page_size != 0)
+      return invalid_argument("storage_block_tokens must be a positive multiple of page_size (" +
+                              std::to_string(page_size) + "), got " + std::to_string(storage_block_tokens));
+    HIQ_RETURN_IF_ERROR(storage.validate().with_context("storage"));
+  }
   return Status::ok();
 }
 
@@ -130,10 +137,24 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
     }
   }
   s->cache_ = std::make_unique<RadixCache>(*s->l1_, s->l2_.get(), s->transfer_.get(), c.cache);
+  if (c.storage.backend != StorageBackendKind::kNone) {
+    HIQ_ASSIGN_OR_RETURN(std::unique_ptr<StorageBackend> backend, make_storage_backend(c.storage));
+    std::string identity = c.model_fingerprint;
+    if (identity.empty()) {
+      HIQ_ASSIGN_OR_RETURN(identity, model_identity(c.model_dir));
+    }
+    StorageTierOptions options;
+    options.storage = c.storage;
+    HIQ_ASSIGN_OR_RETURN(s->storage_,
+                         StorageTier::create(*s->cache_, *s->l2_, std::move(backend),
+                                             make_storage_fingerprint(geometry, c.host.codec, c.host.record_align,
+                                                                      c.storage_block_tokens, identity),
+                                             options));
+  }
   if (cuda) s->runner_ = std::make_unique<CudaModelRunner>(*s->model_->cuda_model(), *s->l1_, cuda_transfer);
   else s->runner_ = std::make_unique<CpuModelRunner>(m.shape(), m.weights(), *s->l1_, s->transfer_.get());
   s->serving_ = std::make_unique<ServingEngine>(*s->cache_, *s->l1_, s->transfer_.get(), *s->runner_, c.scheduler,
-                                                s->l2_.get());
+                                                s->l2_.get(), s->storage_.get());
   return Result<std::unique_ptr<ServingStack>>(std::move(s));
 }
 

@@ -21,6 +21,7 @@
 #include "memory/host_kv_pool.h"
 #include "model/cuda_model_options.h"
 #include "server/model_files.h"
+#include "storage/storage_options.h"
 
 namespace hiq {
 
@@ -41,6 +42,9 @@ struct ServeConfig {
   int transfer_workers = 2;         // CPU transfer engine threads
   int cpu_threads = 0;              // --cpu-threads: the CPU forward pass's threads (process-wide); 0: every core
   CudaModelOptions cuda;            // --device cuda: --disable-cuda-graph, --cuda-graph-max-bs
+  StorageOptions storage;           // --hicache-storage-backend, -backend-extra-config, -prefetch-policy
+  int storage_block_tokens = 64;    // --hicache-storage-block-tokens: tokens per stored block, whole pages
+  std::string model_fingerprint;    // --model-fingerprint; empty: model_identity() of the directory
   std::string served_model_name;    // --served-model-name; empty: the directory's name
   std::string chat_template_file;   // --chat-template: a Jinja file (or a JSON with "chat_template"); empty: the model's
 
@@ -127,6 +131,7 @@ class ServingStack {
   std::unique_ptr<HostKvPool> l2_;
   std::unique_ptr<TransferEngine> transfer_;
   std::unique_ptr<RadixCache> cache_;
+  std::unique_ptr<StorageTier> storage_;  // destroyed after serving_ (whose thread uses it), before cache_
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<ServingEngine> serving_;
 };

@@ -12,6 +12,7 @@
 #include "tools/hiq/flag_errors.h"
 #include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/scheduler_flags.h"
+#include "tools/hiq/storage_flags.h"
 
 namespace hiq::cli {
 
@@ -21,6 +22,7 @@ struct ServeFlags {
   int64_t max_total_tokens = 0;
   HostTierFlags host;
   SchedulerFlags scheduler;
+  StorageFlags storage;
   int64_t max_queued_requests = 0;
 };
 
@@ -34,6 +36,7 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
   HIQ_RETURN_IF_ERROR(apply_scheduler_flags(f.scheduler, c.scheduler));
   if (f.max_queued_requests < 0) return invalid_argument("--max-queued-requests must not be negative");
   c.scheduler.max_queued_requests = static_cast<size_t>(f.max_queued_requests);
+  HIQ_RETURN_IF_ERROR(apply_storage_flags(f.storage, c));
   HIQ_RETURN_IF_ERROR(with_flag_names(c.validate(), {{"model_dir", "--model"},
                                                      {"device", "--device"},
                                                      {"page_size", "--page-size"},
@@ -41,7 +44,9 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
                                                      {"max_prefill_tokens", "--max-prefill-tokens"},
                                                      {"max_running_requests", "--max-running-requests"},
                                                      {"cpu_threads", "--cpu-threads"},
-                                                     {"cuda_graph_max_batch", "--cuda-graph-max-bs"}}));
+                                                     {"cuda_graph_max_batch", "--cuda-graph-max-bs"},
+                                                     {"storage_block_tokens", "--hicache-storage-block-tokens"},
+                                                     {"storage", "--hicache-storage-backend"}}));
   return c;
 }
 
@@ -60,6 +65,7 @@ inline void add_stack_flags(CLI::App* app, ServeFlags& flags) {
   add_cuda_graph_flags(app, f->config.cuda);
   add_host_tier_flags(app, f->host);
   add_scheduler_flags(app, f->scheduler);
+  add_storage_flags(app, f->storage);
   app->add_option("--max-queued-requests", f->max_queued_requests,
                   "Requests that may wait for admission; more get a 503 with Retry-After (0: no bound)")
       ->capture_default_str();

@@ -415,6 +415,7 @@ TEST_F(StorageFileBackend, FailedFsyncCloseOrRenameLeaveNothing) {
 
 TEST_F(StorageFileBackend, ACorruptOrTruncatedFileIsAMissCountedAsCorrupt) {
   const auto keys = keys_of(3, 14);
+  testing::CapturedLog log;
   StorageEngine engine(open(1 << 20), 1);
   ASSERT_TRUE(engine.wait(engine.submit_set(keys, encoded_pages(fp_, keys, kPage, 1400))).status.is_ok());
 
@@ -439,6 +440,8 @@ TEST_F(StorageFileBackend, ACorruptOrTruncatedFileIsAMissCountedAsCorrupt) {
   EXPECT_EQ(got.hits, 0u);
   EXPECT_EQ(engine.stats().corrupt_values, 2u);
   EXPECT_EQ(engine.stats().errors, 0u);
+  EXPECT_EQ(log.count("payload checksum mismatch"), 1u);
+  EXPECT_EQ(log.count("header says 768 payload bytes, the value holds 36"), 1u);
 }
 
 TEST_F(StorageFileBackend, OptionsAreChecked) {

@@ -69,6 +69,7 @@ TEST(StorageEngine, GetReturnsThePayloadsOfTheRunOfHits) {
 TEST(StorageEngine, AValueOfAnotherSizeOrKeyIsCountedCorruptAndRemoved) {
   const StorageFingerprint fp = small_fingerprint();
   const auto keys = storage_keys(fp, prompt(12, 2));
+  testing::CapturedLog log;
   StorageEngine engine(memory(), 1);
   auto values = encoded_pages(fp, keys, kPage, 20);
   values[1] = encode_value(fp, keys[0], payload(kPage, 99));  // block 0's value under block 1's key
@@ -81,6 +82,7 @@ TEST(StorageEngine, AValueOfAnotherSizeOrKeyIsCountedCorruptAndRemoved) {
   got = engine.wait(engine.submit_get({keys[0]}, fp, kPage + 16));  // this server expects larger pages
   EXPECT_EQ(got.hits, 0u);
   EXPECT_EQ(engine.stats().corrupt_values, 2u);
+  EXPECT_EQ(log.count("storage: memory storage: dropping an unusable value"), 2u);
 }
 
 // A backend that fails every call, or blocks each call until released.
@@ -106,11 +108,11 @@ class ScriptedBackend : public StorageBackend {
     std::lock_guard lock(mutex_);
     held_ = true;
   }
+  // Notifies under the lock: a released call may return, and the engine
+  // destroy this backend, as soon as the lock is free.
   void release() {
-    {
-      std::lock_guard lock(mutex_);
-      held_ = false;
-    }
+    std::lock_guard lock(mutex_);
+    held_ = false;
     cv_.notify_all();
   }
   int entered() {

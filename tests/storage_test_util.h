@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/log.h"
 #include "storage/storage_key.h"
 #include "storage/storage_value.h"
 
@@ -32,6 +34,30 @@ class StorageTempDir {
 
  private:
   std::filesystem::path path_;
+};
+
+// Captures the log lines written while it lives (instead of stderr).
+class CapturedLog {
+ public:
+  CapturedLog() {
+    set_log_sink([this](LogLevel, std::string_view component, std::string_view message) {
+      std::lock_guard lock(mutex_);
+      lines_.push_back(std::string(component) + ": " + std::string(message));
+    });
+  }
+  ~CapturedLog() { set_log_sink(nullptr); }
+  CapturedLog(const CapturedLog&) = delete;
+  CapturedLog& operator=(const CapturedLog&) = delete;
+  size_t count(std::string_view part) const {
+    std::lock_guard lock(mutex_);
+    size_t n = 0;
+    for (const std::string& line : lines_) n += line.find(part) != std::string::npos;
+    return n;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> lines_;
 };
 
 // Two layers of int8 KV, 2 heads × 16, pages of 4 tokens: 4 × 2 × (48 + 48) = 768 payload bytes.

@@ -92,8 +92,8 @@ class FileBackend final : public StorageBackend {
     size_t temporaries = 0;
     for (fs::directory_iterator dir(options_.path, ec), end; !ec && dir != end; dir.increment(ec)) {
       const std::string prefix = dir->path().filename().string();
-      if (prefix.size() != 2 || !dir->is_directory(ec)) continue;
       std::error_code inner;
+      if (prefix.size() != 2 || !dir->is_directory(inner)) continue;
       for (fs::directory_iterator file(dir->path(), inner); !inner && file != end; file.increment(inner)) {
         const std::string name = file->path().filename().string();
         const std::string full = file->path().string();
@@ -179,9 +179,11 @@ class FileBackend final : public StorageBackend {
                               std::to_string(values.size()) + " values");
     for (const auto& value : values) {
       if (value.empty()) return invalid_argument("file storage: an empty value");
-      if (value.size() > options_.capacity_bytes || value.size() > options_.max_value_bytes)
-        return resource_exhausted("file storage: a value of " + std::to_string(value.size()) +
-                                  " bytes exceeds the capacity of " + format_bytes(options_.capacity_bytes));
+      const uint64_t most = std::min<uint64_t>(options_.capacity_bytes, options_.max_value_bytes);
+      if (value.size() > most)
+        return resource_exhausted("file storage: a value of " + std::to_string(value.size()) + " bytes exceeds " +
+                                  (most == options_.capacity_bytes ? "the capacity of " : "max_value_bytes, ") +
+                                  format_bytes(most));
     }
     for (size_t i = 0; i < keys.size(); ++i) HIQ_RETURN_IF_ERROR(write_one(keys[i], values[i]));
     return Status::ok();

@@ -55,38 +55,38 @@ std::vector<std::byte> encode_value(const StorageFingerprint& fp, const StorageK
 
 Result<std::span<const std::byte>> decode_value(std::span<const std::byte> value, const StorageFingerprint& fp,
                                                 const StorageKey& key, size_t expected_payload_bytes) {
-  const std::string where = "storage value " + key.hex();
+  const auto where = [&] { return "storage value " + key.hex(); };  // built only for an error
   if (value.size() < kStorageHeaderBytes)
-    return data_loss(where + ": " + std::to_string(value.size()) + " bytes, shorter than the " +
+    return data_loss(where() + ": " + std::to_string(value.size()) + " bytes, shorter than the " +
                      std::to_string(kStorageHeaderBytes) + "-byte header");
   const std::byte* h = value.data();
-  if (std::memcmp(h, kMagic, sizeof(kMagic)) != 0) return data_loss(where + ": bad magic (not a HiQCache value)");
+  if (std::memcmp(h, kMagic, sizeof(kMagic)) != 0) return data_loss(where() + ": bad magic (not a HiQCache value)");
   if (get_u64(h + kHeaderHashOffset) != XXH3_64bits(h, kHeaderHashOffset))
-    return data_loss(where + ": header checksum mismatch");
+    return data_loss(where() + ": header checksum mismatch");
 
   const uint32_t version = get_u32(h + kVersionOffset);
   if (version != kStorageValueVersion)
-    return failed_precondition(where + ": header version " + std::to_string(version) + ", this build reads " +
+    return failed_precondition(where() + ": header version " + std::to_string(version) + ", this build reads " +
                                std::to_string(kStorageValueVersion));
   const uint64_t fingerprint = get_u64(h + kFingerprintOffset);
   if (fingerprint != fp.hash())
-    return failed_precondition(where + ": written for fingerprint " + hex64(fingerprint) + ", not this server's " +
+    return failed_precondition(where() + ": written for fingerprint " + hex64(fingerprint) + ", not this server's " +
                                hex64(fp.hash()) + " (" + fp.describe() + ")");
   if (std::memcmp(h + kKeyOffset, key.bytes.data(), key.bytes.size()) != 0) {
     StorageKey stored;
     std::memcpy(stored.bytes.data(), h + kKeyOffset, stored.bytes.size());
-    return failed_precondition(where + ": holds the value of key " + stored.hex());
+    return failed_precondition(where() + ": holds the value of key " + stored.hex());
   }
   const uint64_t payload_bytes = get_u64(h + kPayloadBytesOffset);
   if (payload_bytes != value.size() - kStorageHeaderBytes)
-    return data_loss(where + ": header says " + std::to_string(payload_bytes) + " payload bytes, the value holds " +
+    return data_loss(where() + ": header says " + std::to_string(payload_bytes) + " payload bytes, the value holds " +
                      std::to_string(value.size() - kStorageHeaderBytes));
   if (payload_bytes != expected_payload_bytes)
-    return failed_precondition(where + ": " + std::to_string(payload_bytes) + " payload bytes, expected " +
+    return failed_precondition(where() + ": " + std::to_string(payload_bytes) + " payload bytes, expected " +
                                std::to_string(expected_payload_bytes));
   const std::span<const std::byte> payload = value.subspan(kStorageHeaderBytes);
   if (get_u64(h + kPayloadHashOffset) != XXH3_64bits(payload.data(), payload.size()))
-    return data_loss(where + ": payload checksum mismatch");
+    return data_loss(where() + ": payload checksum mismatch");
   return payload;
 }
 

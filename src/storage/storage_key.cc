@@ -112,37 +112,6 @@ std::string StorageFingerprint::describe() const {
          " block=" + std::to_string(block_tokens) + " align=" + std::to_string(record_align) + " l1=" + l1_dtype;
 }
 
-StorageFingerprint make_storage_fingerprint(const KvGeometry& geometry, CodecKind codec, size_t record_align,
-                                            int block_tokens, std::string model, int tp_rank) {
-  StorageFingerprint fp;
-  fp.model = std::move(model);
-  fp.codec = std::string(codec_name(codec));
-  fp.format_version = kRecordFormatVersion;
-  fp.layers = geometry.num_layers;
-  fp.kv_heads = geometry.num_kv_heads;
-  fp.head_dim = geometry.k_head_dim;
-  fp.v_head_dim = geometry.attention == AttentionKind::kMla ? 0 : geometry.v_head_dim;
-  fp.tp_rank = tp_rank;
-  fp.tp_size = geometry.tp_size;
-  fp.block_tokens = block_tokens;
-  fp.record_align = record_align;
-  fp.l1_dtype = std::string(l1_dtype_name(geometry.l1_dtype));
-  return fp;
-}
-
-Result<size_t> storage_page_bytes(const StorageFingerprint& fp) {
-  HIQ_RETURN_IF_ERROR(fp.validate());
-  HIQ_ASSIGN_OR_RETURN(const CodecKind codec, parse_codec(fp.codec));
-  HIQ_ASSIGN_OR_RETURN(const RecordLayout k, RecordLayout::make(codec, {fp.kv_heads, fp.head_dim}, fp.record_align));
-  size_t per_layer = k.record_bytes;
-  if (fp.v_head_dim > 0) {
-    HIQ_ASSIGN_OR_RETURN(const RecordLayout v,
-                         RecordLayout::make(codec, {fp.kv_heads, fp.v_head_dim}, fp.record_align));
-    per_layer += v.record_bytes;
-  }
-  return per_layer * static_cast<size_t>(fp.layers) * static_cast<size_t>(fp.block_tokens);
-}
-
 std::vector<StorageKey> storage_keys(const StorageFingerprint& fp, std::span<const int32_t> tokens) {
   HIQ_CHECK_MSG(fp.block_tokens > 0, "storage_keys needs a fingerprint with block_tokens > 0");
   const size_t block = static_cast<size_t>(fp.block_tokens);

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -63,9 +64,43 @@ class RedisServer {
   int port() const { return port_; }
   bool running() const { return pid_ > 0; }
 
-  // Starts on `port` (0: a free one) and waits until it answers PING.
+  // Starts on `port` (0: a free one, another if that is taken meanwhile, as
+  // by a test running in parallel) and waits until it answers.
   bool start(int port = 0) {
-    port_ = port > 0 ? port : free_loopback_port();
+    for (int attempt = 0; attempt < (port > 0 ? 1 : 5); ++attempt)
+      if (start_on(port > 0 ? port : free_loopback_port())) return true;
+    return false;
+  }
+
+  // SIGKILL: no shutdown, no goodbye to clients.
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  // Whether this server (not another one on the port: its process id is ours) answers.
+  bool answers() const {
+    timeval tv{0, 200'000};
+    redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
+    bool ok = false;
+    if (c != nullptr && c->err == 0) {
+      auto* reply = static_cast<redisReply*>(redisCommand(c, "INFO server"));
+      ok = reply != nullptr && reply->type == REDIS_REPLY_STRING &&
+           std::string_view(reply->str, reply->len).find("process_id:" + std::to_string(pid_) + "\r") !=
+               std::string_view::npos;
+      if (reply != nullptr) freeReplyObject(reply);
+    }
+    if (c != nullptr) redisFree(c);
+    return ok;
+  }
+
+ private:
+  // Whether the server is up, or has exited (its port taken), or neither in 5 s.
+  bool start_on(int port) {
+    port_ = port;
     if (port_ <= 0) return false;
     std::filesystem::create_directories(dir_);
     const std::string port_text = std::to_string(port_);
@@ -80,36 +115,18 @@ class RedisServer {
     if (::posix_spawn(&pid, binary_.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return false;
     pid_ = pid;
     for (int i = 0; i < 500; ++i) {  // 5 s
-      if (answers_ping()) return true;
+      if (answers()) return true;
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {  // exited: the port was taken
+        pid_ = -1;
+        return false;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     kill();
     return false;
   }
 
-  // SIGKILL: no shutdown, no goodbye to clients.
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
-  bool answers_ping() const {
-    timeval tv{0, 200'000};
-    redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
-    bool ok = false;
-    if (c != nullptr && c->err == 0) {
-      auto* reply = static_cast<redisReply*>(redisCommand(c, "PING"));
-      ok = reply != nullptr && reply->type == REDIS_REPLY_STATUS;
-      if (reply != nullptr) freeReplyObject(reply);
-    }
-    if (c != nullptr) redisFree(c);
-    return ok;
-  }
-
- private:
   std::string binary_;
   std::filesystem::path dir_;
   int port_ = -1;

@@ -52,6 +52,8 @@ std::vector<fs::path> files_under(const fs::path& dir, std::string_view suffix) 
 // ---- one body, every backend ----------------------------------------------------------
 
 enum class Kind { kMemory, kFile, kRedis };
+const char* kind_name(Kind kind) { return kind == Kind::kMemory ? "memory" : kind == Kind::kFile ? "file" : "redis"; }
+void PrintTo(Kind kind, std::ostream* os) { *os << kind_name(kind); }
 
 class StorageBackends : public ::testing::TestWithParam<Kind> {
  protected:
@@ -169,14 +171,7 @@ TEST_P(StorageBackends, ManyThreadsAtOnce) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, StorageBackends, ::testing::Values(Kind::kMemory, Kind::kFile, Kind::kRedis),
-                         [](const ::testing::TestParamInfo<Kind>& param) {
-                           switch (param.param) {
-                             case Kind::kMemory: return std::string("memory");
-                             case Kind::kFile: return std::string("file");
-                             case Kind::kRedis: return std::string("redis");
-                           }
-                           return std::string("?");
-                         });
+                         [](const ::testing::TestParamInfo<Kind>& param) { return std::string(kind_name(param.param)); });
 
 // ---- memory --------------------------------------------------------------------------
 
@@ -514,6 +509,21 @@ TEST_F(StorageRedisBackend, AKilledServerFailsCallsFastAndIsReconnectedWhenBack)
   ASSERT_TRUE(got.status.is_ok()) << got.status.to_string();
   EXPECT_EQ(got.hits, 3u);
   EXPECT_EQ(got.payloads[2], payload(kPage, 1502));
+}
+
+// Redis restarted while the pool's connections sat idle: the first call finds
+// its connection dead and is retried once on a new one, so no error is seen.
+TEST_F(StorageRedisBackend, ARestartWhileIdleCostsNoError) {
+  StorageEngine engine(std::move(*make_redis_backend(options())), 1);
+  const auto keys = keys_of(2, 19);
+  const auto values = encoded_pages(fp_, keys, kPage, 1900);
+  ASSERT_TRUE(engine.wait(engine.submit_set(keys, values)).status.is_ok());  // a connection is now pooled
+  redis_->kill();
+  ASSERT_TRUE(redis_->start(redis_->port()));
+  const auto set = engine.wait(engine.submit_set(keys, values));
+  EXPECT_TRUE(set.status.is_ok()) << set.status.to_string();
+  EXPECT_EQ(engine.wait(engine.submit_get(keys, fp_, kPage)).hits, 2u);
+  EXPECT_EQ(engine.stats().errors, 0u);
 }
 
 TEST_F(StorageRedisBackend, AnUnreachableServerFailsFastFromTheStart) {

@@ -507,6 +507,42 @@ TEST(StorageTier, ACorruptOrForeignValueIsAMissNeverServed) {
   EXPECT_EQ(restored, 16u);
 }
 
+// Two prompts that start alike, prefetched at once: the second follows the
+// first's fetch of the shared blocks, then fetches only its own.
+TEST(StorageTier, PromptsSharingBlocksShareOneFetch) {
+  auto backend = *make_memory_backend(size_t{16} << 20);
+  std::vector<TokenId> a(48), b(48);
+  for (size_t i = 0; i < 48; ++i) {
+    a[i] = static_cast<TokenId>(i + 1);
+    b[i] = i < 32 ? a[i] : static_cast<TokenId>(100 + i);
+  }
+  {
+    Harness first(CodecKind::kInt8, 1, 128, 256, RadixCacheOptions{});
+    auto tier = make_tier(first, *backend, 16);
+    ASSERT_TRUE(serve(first, a, true));
+    ASSERT_TRUE(serve(first, b, true));
+    first.cache->drain_transfers();
+    tier->poll();
+    EXPECT_EQ(tier->stats().written_blocks, 4u);  // a's three, b's own third
+  }
+  Harness second(CodecKind::kInt8, 1, 128, 256, RadixCacheOptions{});
+  auto tier = make_tier(second, *backend, 16);
+  const auto pa = tier->start_prefetch(a), pb = tier->start_prefetch(b);
+  ASSERT_NE(pa, 0u);
+  ASSERT_NE(pb, 0u);
+  EXPECT_EQ(tier->stats().followed_prefetches, 1u);
+  tier->poll();
+  EXPECT_EQ(tier->stats().fetched_blocks, 4u);  // the shared two once
+  EXPECT_EQ(tier->stats().probes, 2u);          // a's, and b's look again for its own block
+  EXPECT_EQ(tier->inserted_tokens(pa), 48u);
+  EXPECT_EQ(tier->inserted_tokens(pb), 48u);    // 32 through a's fetch, 16 of its own
+  EXPECT_FALSE(tier->should_wait(pb, 0, 0));
+  size_t restored = 0;
+  ASSERT_TRUE(serve(second, a, true, &restored));
+  ASSERT_TRUE(serve(second, b, true, &restored));
+  EXPECT_EQ(restored, 48u + 16u);  // b finds the shared blocks in L1 by then
+}
+
 TEST(StorageTier, SlotsBeingWrittenOutStayIntactUntilTheWriteIsApplied) {
   auto backend = *make_memory_backend(size_t{16} << 20);
   Harness h(CodecKind::kBf16, 1, 64, 64, RadixCacheOptions{});

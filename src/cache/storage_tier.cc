@@ -4,11 +4,15 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/check.h"
 #include "storage/storage_value.h"
 
 namespace hiq {
+
+// Blocks per fetch job: a prefetch's blocks are read by several workers at once.
+constexpr size_t kFetchChunkBlocks = 4;
 
 Status StorageTierOptions::validate() const {
   if (max_blocks_per_prefetch == 0) return invalid_argument("storage max_blocks_per_prefetch must be positive");
@@ -30,6 +34,7 @@ struct StorageTier::Job {
   std::vector<SlotId> slots;
   size_t skip = 0;
   PrefetchId prefetch = 0;
+  size_t chunk = 0;  // kFetch: which of its prefetch's chunks
   // Results.
   Status status;
   size_t hits = 0;  // kProbe: blocks held from the first; kFetch: blocks valid and copied
@@ -43,6 +48,17 @@ struct StorageTier::Prefetch {
   bool running = true;          // a probe or fetch not yet applied
   bool forgotten = false;       // no request waits for it
   size_t inserted = 0;          // tokens the tree took from it
+  // The fetch, in chunks run in parallel: the blocks the probe found, the L2
+  // slots of their tokens (owned until applied), each chunk's valid blocks.
+  std::vector<StorageKey> keys;
+  std::vector<SlotId> slots;
+  std::vector<size_t> chunk_hits;
+  size_t chunks_left = 0;
+  // Prefetches of the same blocks share one fetch: a follower waits for its
+  // leader, then looks again.
+  StorageKey first_key{};  // the key of `first_block`
+  PrefetchId leader = 0;   // whom this one follows (0: none)
+  std::vector<PrefetchId> followers;
 };
 
 Result<std::unique_ptr<StorageTier>> StorageTier::create(RadixCache& cache, HostKvPool& l2,
@@ -196,26 +212,44 @@ void StorageTier::run(Job& job) {
 }
 
 StorageTier::PrefetchId StorageTier::start_prefetch(std::span<const TokenId> prompt) {
+  const PrefetchId id = next_prefetch_++;
+  auto p = std::make_unique<Prefetch>();
+  p->prompt.assign(prompt.begin(), prompt.end());
+  if (!probe(id, *p)) return 0;
+  prefetches_.emplace(id, std::move(p));
+  return id;
+}
+
+bool StorageTier::probe(PrefetchId id, Prefetch& p) {
   const size_t block = block_tokens_;
-  const size_t blocks = prompt.size() / block;
-  const size_t cached = cache_.cached_prefix(prompt).total();
+  const size_t blocks = p.prompt.size() / block;
+  const size_t cached = cache_.cached_prefix(p.prompt).total();
   const size_t first_block = cached / block;
-  if (first_block >= blocks || blocks * block - cached < options_.storage.prefetch_threshold_tokens) return 0;
+  if (first_block >= blocks || blocks * block - cached < options_.storage.prefetch_threshold_tokens) return false;
   const size_t last_block = std::min(blocks, first_block + options_.max_blocks_per_prefetch);
-  const std::vector<StorageKey> all = storage_keys(fingerprint_, prompt.first(last_block * block));
+  p.prompt.resize(last_block * block);
+  p.from = cached;
+  p.first_block = first_block;
+  p.running = true;
+  const std::vector<StorageKey> all = storage_keys(fingerprint_, p.prompt);
+  p.first_key = all[first_block];
+  // Another prompt's prefetch is already fetching from this block: follow it
+  // rather than read the same values twice, and look again once it is done.
+  if (auto leader = fetching_.find(p.first_key); leader != fetching_.end()) {
+    p.leader = leader->second;
+    prefetches_.at(leader->second)->followers.push_back(id);
+    ++stats_.followed_prefetches;
+    return true;
+  }
+  p.leader = 0;
+  fetching_.emplace(p.first_key, id);
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::kProbe;
   job->keys.assign(all.begin() + static_cast<std::ptrdiff_t>(first_block), all.end());
-  const PrefetchId id = next_prefetch_++;
   job->prefetch = id;
-  auto p = std::make_unique<Prefetch>();
-  p->prompt.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(last_block * block));
-  p->from = cached;
-  p->first_block = first_block;
-  prefetches_.emplace(id, std::move(p));
   ++stats_.probes;
   submit(std::move(job));
-  return id;
+  return true;
 }
 
 bool StorageTier::should_wait(PrefetchId id, double arrival, double now) const {
@@ -284,7 +318,27 @@ void StorageTier::apply(Job& job) {
   Prefetch& p = *it->second;
   const auto finish = [&] {
     p.running = false;
+    if (auto f = fetching_.find(p.first_key); f != fetching_.end() && f->second == job.prefetch) fetching_.erase(f);
+    const std::vector<PrefetchId> followers = std::exchange(p.followers, {});
+    const std::vector<TokenId> brought =  // the tokens of p's prompt its fetch put into the tree
+        std::vector<TokenId>(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(p.from + p.inserted));
     if (p.forgotten) prefetches_.erase(it);
+    // Its followers look again, with what it brought now in the tree; what of
+    // their prompt it brought counts as theirs from storage.
+    for (PrefetchId f : followers) {
+      auto follower = prefetches_.find(f);
+      if (follower == prefetches_.end()) continue;
+      Prefetch& q = *follower->second;
+      const size_t n = std::min(brought.size(), q.prompt.size());
+      const auto common = static_cast<size_t>(
+          std::mismatch(brought.begin(), brought.begin() + static_cast<std::ptrdiff_t>(n), q.prompt.begin()).first -
+          brought.begin());
+      if (common > q.from) q.inserted += common - q.from;
+      if (q.forgotten || closing_ || !probe(f, q)) {
+        q.running = false;
+        if (q.forgotten) prefetches_.erase(follower);
+      }
+    }
   };
   if (job.kind == Job::Kind::kProbe) {
     if (!job.status.is_ok()) {
@@ -303,30 +357,52 @@ void StorageTier::apply(Job& job) {
       stats_.skipped_no_l2_room += job.hits;
       return finish();
     }
-    auto fetch = std::make_unique<Job>();
-    fetch->kind = Job::Kind::kFetch;
-    fetch->keys.assign(job.keys.begin(), job.keys.begin() + static_cast<std::ptrdiff_t>(job.hits));
-    fetch->slots = std::move(*slots);
-    fetch->skip = p.from - p.first_block * block;
-    fetch->prefetch = job.prefetch;
-    submit(std::move(fetch));
+    // Chunks of a few blocks, so the workers read and copy them side by side.
+    p.keys.assign(job.keys.begin(), job.keys.begin() + static_cast<std::ptrdiff_t>(job.hits));
+    p.slots = std::move(*slots);
+    const size_t chunks = (job.hits + kFetchChunkBlocks - 1) / kFetchChunkBlocks;
+    p.chunk_hits.assign(chunks, 0);
+    p.chunks_left = chunks;
+    const size_t skip = p.from - p.first_block * block;
+    for (size_t c = 0; c < chunks; ++c) {
+      const size_t b0 = c * kFetchChunkBlocks, b1 = std::min(job.hits, b0 + kFetchChunkBlocks);
+      auto fetch = std::make_unique<Job>();
+      fetch->kind = Job::Kind::kFetch;
+      fetch->keys.assign(p.keys.begin() + static_cast<std::ptrdiff_t>(b0), p.keys.begin() + static_cast<std::ptrdiff_t>(b1));
+      const size_t t0 = c == 0 ? 0 : b0 * block - skip, t1 = b1 * block - skip;  // token offsets in p.slots
+      fetch->slots.assign(p.slots.begin() + static_cast<std::ptrdiff_t>(t0), p.slots.begin() + static_cast<std::ptrdiff_t>(t1));
+      fetch->skip = c == 0 ? skip : 0;
+      fetch->prefetch = job.prefetch;
+      fetch->chunk = c;
+      submit(std::move(fetch));
+    }
     return;
   }
-  // A fetch: the valid blocks go into the tree, the rest of the slots back.
+  // A chunk of a fetch. Once all are in, the blocks valid from the first on
+  // go into the tree, and the slots of the rest back.
   stats_.corrupt_values += job.corrupt;
   stats_.bytes_read += job.bytes;
   if (!job.status.is_ok()) ++stats_.fetch_failures;
-  stats_.fetched_blocks += job.hits;
-  const size_t got = job.hits == 0 ? 0 : (p.first_block + job.hits) * block - p.from;
-  if (got < job.slots.size())
-    HIQ_CHECK(l2_.allocator().free(std::span<const SlotId>(job.slots).subspan(got)).is_ok());
+  p.chunk_hits[job.chunk] = job.hits;
+  if (--p.chunks_left > 0) return;
+  size_t hits = 0;
+  for (size_t c = 0; c < p.chunk_hits.size(); ++c) {
+    hits += p.chunk_hits[c];
+    if (p.chunk_hits[c] < std::min(kFetchChunkBlocks, p.keys.size() - c * kFetchChunkBlocks)) break;
+  }
+  stats_.fetched_blocks += hits;
+  const size_t got = hits == 0 ? 0 : (p.first_block + hits) * block - p.from;
+  if (got < p.slots.size())
+    HIQ_CHECK(l2_.allocator().free(std::span<const SlotId>(p.slots).subspan(got)).is_ok());
   if (got > 0) {
-    for (size_t b = 0; b < job.hits; ++b) known_.insert(job.keys[b]);
+    for (size_t b = 0; b < hits; ++b) known_.insert(p.keys[b]);
     const size_t taken = cache_.insert_host(std::span<const TokenId>(p.prompt).first(p.from + got), p.from,
-                                            std::span<const SlotId>(job.slots).first(got));
+                                            std::span<const SlotId>(p.slots).first(got));
     p.inserted += taken;
     stats_.inserted_tokens += taken;
   }
+  p.keys.clear();
+  p.slots.clear();
   finish();
 }
 

@@ -63,6 +63,7 @@ struct StorageTierOptions {
 struct StorageTierStats {
   uint64_t written_blocks = 0, write_failures = 0;  // blocks set in storage / batches that failed
   uint64_t probes = 0, probe_failures = 0;          // prompts probed
+  uint64_t followed_prefetches = 0;                 // prompts that waited for another's fetch of the same blocks
   uint64_t probe_hit_blocks = 0;                    // blocks a probe found
   uint64_t fetched_blocks = 0, fetch_failures = 0;  // blocks fetched and valid / fetches that failed
   uint64_t corrupt_values = 0;                      // fetched values that failed their checks
@@ -111,6 +112,10 @@ class StorageTier {
   StorageTier(RadixCache& cache, HostKvPool& l2, std::unique_ptr<StorageBackend> backend,
               StorageFingerprint fingerprint, StorageTierOptions options);
   void on_backed_up(std::span<const TokenId> tokens, std::span<const SlotId> l2_slots);
+  // Starts (or, when another prefetch fetches its first block, follows) the
+  // lookup of p.prompt after what the tree holds; false when there is nothing
+  // worth fetching.
+  bool probe(PrefetchId id, Prefetch& p);
   void submit(std::unique_ptr<Job> job);
   void run(Job& job);  // on a worker (or inline)
   void apply(Job& job);
@@ -125,6 +130,7 @@ class StorageTier {
   size_t block_tokens_;  // the fingerprint's
   std::unordered_set<StorageKey, StorageKeyHash> known_;  // keys written or found: not written again
   std::unordered_map<PrefetchId, std::unique_ptr<Prefetch>> prefetches_;
+  std::unordered_map<StorageKey, PrefetchId, StorageKeyHash> fetching_;  // first block → the prefetch fetching it
   PrefetchId next_prefetch_ = 1;
   size_t in_flight_ = 0;  // jobs submitted and not applied
   bool closing_ = false;  // in the destructor

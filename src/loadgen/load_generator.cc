@@ -38,7 +38,7 @@ struct Outcome {
   std::vector<TokenId> output;
   double ttft = 0, e2e = 0;
   std::vector<double> gaps;
-  uint64_t prompt_tokens = 0, cached_device = 0, cached_host = 0;
+  uint64_t prompt_tokens = 0, cached_device = 0, cached_host = 0, cached_storage = 0;
 };
 
 // One streaming completion; the events are parsed as they arrive.
@@ -74,6 +74,7 @@ Outcome send(httplib::Client& client, const LoadOptions& o, const Request& r) {
         if (u.contains("hiq_cached_tokens_by_tier")) {
           out.cached_device = u["hiq_cached_tokens_by_tier"].value("device", 0);
           out.cached_host = u["hiq_cached_tokens_by_tier"].value("host", 0);
+          out.cached_storage = u["hiq_cached_tokens_by_tier"].value("storage", 0);
         }
       }
       if (!chunk.contains("choices") || chunk["choices"].empty()) continue;
@@ -181,6 +182,7 @@ Result<LoadReport> run_load(const LoadOptions& o, RequestSource& source,
     r.completion_tokens += x.output.size();
     r.cached_device_tokens += x.cached_device;
     r.cached_host_tokens += x.cached_host;
+    r.cached_storage_tokens += x.cached_storage;
     ttft.push_back(x.ttft);
     e2e.push_back(x.e2e);
     itl.insert(itl.end(), x.gaps.begin(), x.gaps.end());
@@ -189,7 +191,8 @@ Result<LoadReport> run_load(const LoadOptions& o, RequestSource& source,
     const auto p = static_cast<double>(r.prompt_tokens);
     r.hit_rate_device = static_cast<double>(r.cached_device_tokens) / p;
     r.hit_rate_host = static_cast<double>(r.cached_host_tokens) / p;
-    r.hit_rate = r.hit_rate_device + r.hit_rate_host;
+    r.hit_rate_storage = static_cast<double>(r.cached_storage_tokens) / p;
+    r.hit_rate = r.hit_rate_device + r.hit_rate_host + r.hit_rate_storage;
   }
   r.request_throughput = static_cast<double>(r.requests - r.failed) / r.duration_seconds;
   r.output_throughput = static_cast<double>(r.completion_tokens) / r.duration_seconds;

@@ -41,7 +41,8 @@ struct LoadReport {
   double duration_seconds = 0;
   uint64_t prompt_tokens = 0, completion_tokens = 0;
   uint64_t cached_device_tokens = 0, cached_host_tokens = 0;  // prompt tokens from L1 / restored from L2
-  double hit_rate = 0, hit_rate_device = 0, hit_rate_host = 0;  // cached ÷ prompt tokens
+  uint64_t cached_storage_tokens = 0;  // fetched from storage (L3) for the request, then restored (not in host's)
+  double hit_rate = 0, hit_rate_device = 0, hit_rate_host = 0, hit_rate_storage = 0;  // cached ÷ prompt tokens
   double request_throughput = 0, output_throughput = 0;  // per second
   LatencySummary ttft, itl, e2e;
 };

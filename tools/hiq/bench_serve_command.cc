@@ -97,9 +97,11 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
                         {"completion_tokens", r.completion_tokens},
                         {"cached_device_tokens", r.cached_device_tokens},
                         {"cached_host_tokens", r.cached_host_tokens},
+                        {"cached_storage_tokens", r.cached_storage_tokens},
                         {"hit_rate", r.hit_rate},
                         {"hit_rate_device", r.hit_rate_device},
                         {"hit_rate_host", r.hit_rate_host},
+                        {"hit_rate_storage", r.hit_rate_storage},
                         {"request_throughput", r.request_throughput},
                         {"output_throughput", r.output_throughput},
                         {"ttft_s", latency_json(r.ttft)},
@@ -149,11 +151,11 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
 }
 
 void print_report(const LoadReport& r) {
-  Table t({"requests", "failed", "duration s", "req/s", "out tok/s", "hit rate", "device", "host"});
+  Table t({"requests", "failed", "duration s", "req/s", "out tok/s", "hit rate", "device", "host", "storage"});
   t.add_row({std::to_string(r.requests), std::to_string(r.failed), format_fixed(r.duration_seconds, 2),
              format_fixed(r.request_throughput, 2), format_fixed(r.output_throughput, 1),
              format_fixed(r.hit_rate * 100, 1) + " %", format_fixed(r.hit_rate_device * 100, 1) + " %",
-             format_fixed(r.hit_rate_host * 100, 1) + " %"});
+             format_fixed(r.hit_rate_host * 100, 1) + " %", format_fixed(r.hit_rate_storage * 100, 1) + " %"});
   t.print(std::cout);
   std::cout << '\n';
   Table l({"ms", "mean", "p50", "p90", "p99", "max"});

@@ -29,10 +29,18 @@ TMP="$(mktemp -d "${TMPDIR:-/tmp}/hiq_cli_storage_test.XXXXXX")"
 trap 'pkill -P $$ 2>/dev/null || true; rm -rf -- "$TMP"' EXIT
 
 python3 - "$HIQ" "$MODEL" "$TMP" <<'PY'
-import json, os, re, shutil, signal, socket, subprocess, sys, time, urllib.error, urllib.request
+import atexit, json, os, re, shutil, signal, socket, subprocess, sys, time, urllib.error, urllib.request
 
 HIQ, MODEL, TMP = sys.argv[1:4]
 servers = []
+
+
+@atexit.register
+def stop_all():  # no server or redis-server outlives the test, whatever happened
+    for p in servers:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def free_port():

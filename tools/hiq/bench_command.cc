@@ -56,8 +56,6 @@ Result<TransferBenchOptions> build_options(const TransferFlags& f) {
   return o;
 }
 
-double gbps(size_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
-double ratio(double reference_s, double s) { return s > 0 ? reference_s / s : 0; }
 
 int run_transfer(const TransferFlags& f) {
   auto options = build_options(f);

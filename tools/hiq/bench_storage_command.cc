@@ -101,8 +101,6 @@ Result<StorageBenchOptions> build_options(const StorageBenchFlags& f) {
   return o;
 }
 
-double gbps(uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
-double ratio(double reference_s, double s) { return s > 0 ? reference_s / s : 0; }
 
 int run_storage_bench_command(const StorageBenchFlags& f) {
   auto built = build_options(f);

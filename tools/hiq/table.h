@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <ostream>
 #include <string>
@@ -15,6 +16,11 @@ inline std::string format_fixed(double value, int digits) {
   std::snprintf(buf, sizeof buf, "%.*f", digits, value);
   return buf;
 }
+
+// Decimal GB per second of `bytes` moved in `seconds` (0 when no time passed).
+inline double gbps(uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
+// How many times faster than `reference_s` a run of `s` seconds is (0 when no time passed).
+inline double ratio(double reference_s, double s) { return s > 0 ? reference_s / s : 0; }
 
 class Table {
  public:

@@ -8,9 +8,12 @@
 
 #include "cuda/check.cuh"
 #include "model/cuda/attention.h"
+#include "model/cuda/attention_device.cuh"
 
 namespace hiq::cuda {
 namespace {
+
+using namespace attention_device;
 
 constexpr int kRowsPerWarp = 16;
 constexpr int kTile = 64;  // context tokens per K/V tile
@@ -19,8 +22,6 @@ constexpr int kTile = 64;  // context tokens per K/V tile
 // rows: half the L2→SM traffic at the same warps per multiprocessor.
 constexpr int kSmallWarps = 4, kLargeWarps = 8;
 constexpr int kLargeBlockMinRows = 1024;  // rows of the longest sequence that pick 8 warps
-constexpr float kLog2e = 1.4426950408889634f;
-
 // Shared-memory rows are padded by 16 bytes, so the 8 rows an ldmatrix reads
 // fall in 8 different 16-byte bank groups.
 template <int D>
@@ -29,22 +30,6 @@ template <int D>
 constexpr int kStageElements = 2 * kTile * kSmemStride<D>;  // K tile, then V tile
 template <int D>
 constexpr size_t kSmemBytes = 2 * kStageElements<D> * sizeof(__nv_bfloat16);  // two stages
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes from global to shared memory, or zeros when !valid (rows past the
-// context: their P is 0, but 0 · NaN from stale slot memory would not be).
-__device__ __forceinline__ void copy16_async(void* smem, const void* global, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(global), "r"(bytes));
-}
-__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -66,18 +51,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// 2^x on the special-function unit (exact at −inf: 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // Stages context tokens [kv0, kv0 + kTile) of KV head `kv_head` into `stage`;
 // tokens at or past `kv_end` become zeros.
 template <int D, int kThreads>
@@ -93,7 +66,7 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* stage, const AttentionA
     const __nv_bfloat16* plane = part == 0 ? a.k_plane : a.v_plane;
     const __nv_bfloat16* src = plane + (valid ? static_cast<int64_t>(slots[token]) * row_stride : 0) +
                                kv_head * D + c * 8;
-    copy16_async(stage + part * kTile * kSmemStride<D> + r * kSmemStride<D> + c * 8, src, valid);
+    copy16_async(smem_address(stage + part * kTile * kSmemStride<D> + r * kSmemStride<D> + c * 8), src, valid);
   }
 }
 

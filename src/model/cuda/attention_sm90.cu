@@ -29,9 +29,12 @@
 
 #include "cuda/check.cuh"
 #include "model/cuda/attention.h"
+#include "model/cuda/attention_device.cuh"
 
 namespace hiq::cuda {
 namespace {
+
+using namespace attention_device;
 
 constexpr int kD = 128;         // head_dim
 constexpr int kRows = 128;      // rows per block: two warpgroups of 64
@@ -44,28 +47,14 @@ constexpr int kStageBytes = 2 * kKvBytes;
 constexpr int kStages = 3;
 // Q, the stages, a full and an empty barrier per stage and one for Q, and room to align the base to 1 KB.
 constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + (2 * kStages + 1) * 8 + 1024;
-constexpr float kLog2e = 1.4426950408889634f;
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define HIQ_SM90A_DEVICE 1
 #endif
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // Byte offset of (row, 16-byte chunk) in a swizzled tile of `rows` rows.
 __device__ __forceinline__ uint32_t swizzled(int rows, int row, int chunk) {
   return static_cast<uint32_t>((chunk / 8) * rows * kPanelBytes + row * kPanelBytes + (((chunk % 8) ^ (row % 8)) << 4));
-}
-
-__device__ __forceinline__ void copy16_async(uint32_t smem, const void* global, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(global), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // A shared-memory matrix descriptor for a 128-byte-swizzled operand: start
@@ -73,17 +62,6 @@ __device__ __forceinline__ void async_wait() {
 __device__ __forceinline__ uint64_t descriptor(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
   return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16 |
          static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32 | uint64_t{1} << 62;
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 #ifdef HIQ_SM90A_DEVICE
@@ -277,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionAr
 #ifdef HIQ_SM90A_DEVICE
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The swizzle is a function of the address bits, so tiles start on 1 KB.
-  const uint32_t base = (smem_u32(smem_raw) + 1023) & ~1023u;
+  const uint32_t base = (smem_address(smem_raw) + 1023) & ~1023u;
   const uint32_t q_tile = base;
   const uint32_t stages = base + kQBytes;
   const uint32_t full = stages + kStages * kStageBytes, empty = full + kStages * 8, q_full = empty + kStages * 8;

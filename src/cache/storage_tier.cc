@@ -59,6 +59,7 @@ struct StorageTier::Prefetch {
   StorageKey first_key{};  // the key of `first_block`
   PrefetchId leader = 0;   // whom this one follows (0: none)
   std::vector<PrefetchId> followers;
+  size_t fetched_end = 0;  // its fetch put tokens [from, fetched_end) of the prompt into the tree (0: none)
 };
 
 Result<std::unique_ptr<StorageTier>> StorageTier::create(RadixCache& cache, HostKvPool& l2,
@@ -320,8 +321,8 @@ void StorageTier::apply(Job& job) {
     p.running = false;
     if (auto f = fetching_.find(p.first_key); f != fetching_.end() && f->second == job.prefetch) fetching_.erase(f);
     const std::vector<PrefetchId> followers = std::exchange(p.followers, {});
-    const std::vector<TokenId> brought =  // the tokens of p's prompt its fetch put into the tree
-        std::vector<TokenId>(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(p.from + p.inserted));
+    const std::vector<TokenId> brought =  // p's prompt up to the end of what its fetch put into the tree
+        std::vector<TokenId>(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(p.fetched_end));
     if (p.forgotten) prefetches_.erase(it);
     // Its followers look again, with what it brought now in the tree; what of
     // their prompt it brought counts as theirs from storage.
@@ -395,6 +396,7 @@ void StorageTier::apply(Job& job) {
   if (got < p.slots.size())
     HIQ_CHECK(l2_.allocator().free(std::span<const SlotId>(p.slots).subspan(got)).is_ok());
   if (got > 0) {
+    p.fetched_end = p.from + got;
     for (size_t b = 0; b < hits; ++b) known_.insert(p.keys[b]);
     const size_t taken = cache_.insert_host(std::span<const TokenId>(p.prompt).first(p.from + got), p.from,
                                             std::span<const SlotId>(p.slots).first(got));

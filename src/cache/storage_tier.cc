@@ -57,7 +57,6 @@ struct StorageTier::Prefetch {
   // Prefetches of the same blocks share one fetch: a follower waits for its
   // leader, then looks again.
   StorageKey first_key{};  // the key of `first_block`
-  PrefetchId leader = 0;   // whom this one follows (0: none)
   std::vector<PrefetchId> followers;
   size_t fetched_end = 0;  // its fetch put tokens [from, fetched_end) of the prompt into the tree (0: none)
 };
@@ -103,8 +102,6 @@ StorageTier::~StorageTier() {
 }
 
 size_t StorageTier::payload_bytes() const { return block_tokens_ * l2_.bytes_per_token(); }
-
-size_t StorageTier::in_flight() const { return in_flight_; }
 
 void StorageTier::submit(std::unique_ptr<Job> job) {
   ++in_flight_;
@@ -237,12 +234,10 @@ bool StorageTier::probe(PrefetchId id, Prefetch& p) {
   // Another prompt's prefetch is already fetching from this block: follow it
   // rather than read the same values twice, and look again once it is done.
   if (auto leader = fetching_.find(p.first_key); leader != fetching_.end()) {
-    p.leader = leader->second;
     prefetches_.at(leader->second)->followers.push_back(id);
     ++stats_.followed_prefetches;
     return true;
   }
-  p.leader = 0;
   fetching_.emplace(p.first_key, id);
   auto job = std::make_unique<Job>();
   job->kind = Job::Kind::kProbe;

@@ -100,8 +100,6 @@ class StorageTier {
   void poll();
   // Blocks until some storage work completes or `seconds` pass; then polls.
   void wait_for_progress(double seconds);
-  // Storage work not yet applied.
-  size_t in_flight() const;
 
   const StorageTierStats& stats() const { return stats_; }
   const StorageFingerprint& fingerprint() const { return fingerprint_; }

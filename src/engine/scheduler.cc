@@ -500,6 +500,7 @@ Result<bool> Scheduler::step() {
   };
   order_waiting();
   const uint64_t waited_before = cache_.stats().l1_eviction_wait_tokens;
+  bool waits_for_storage = false;  // a request was passed over for its prefetch
   for (auto it = waiting_.begin();
        it != waiting_.end() && running_.size() + batch.size() < options_.max_running_requests;) {
     Active& a = **it;
@@ -515,6 +516,7 @@ Result<bool> Scheduler::step() {
     }
     if (storage_ != nullptr && a.prefetch != 0 &&
         storage_->should_wait(a.prefetch, a.result.arrival, runner_.now())) {
+      waits_for_storage = true;
       ++it;  // its prefetch is still on the way: the next ones may go first
       continue;
     }
@@ -551,7 +553,7 @@ Result<bool> Scheduler::step() {
     last_step_was_chunk_ = chunked_ != nullptr;
   } else if (!running_.empty()) {
     HIQ_RETURN_IF_ERROR(decode());
-  } else if (!waiting_.empty() && storage_ != nullptr && storage_->in_flight() > 0) {
+  } else if (waits_for_storage) {
     ++stats_.storage_waits;
     storage_->wait_for_progress(0.01);  // the queue waits for storage: let it make progress
   } else if (!waiting_.empty() && cache_.transfers_in_flight() > 0) {

@@ -29,6 +29,7 @@
 #include "tools/hiq/list_flag.h"
 #include "tools/hiq/private_redis_server.h"
 #include "tools/hiq/table.h"
+#include "tools/hiq/temporary_directory.h"
 
 namespace hiq::cli {
 namespace {
@@ -48,27 +49,6 @@ struct StorageBenchFlags {
   std::optional<std::string> redis_host;  // neither host nor port: a private redis-server
   std::optional<int> redis_port;
   bool json = false;
-};
-
-// A directory of mkdtemp's, removed with its contents when done.
-class TemporaryDirectory {
- public:
-  ~TemporaryDirectory() {
-    if (path_.empty()) return;
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  Status create() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/hiq-bench-storage.XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) return unavailable("cannot create a directory from " + pattern);
-    path_ = pattern;
-    return Status::ok();
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
 };
 
 Result<StorageBenchOptions> build_options(const StorageBenchFlags& f) {
@@ -110,7 +90,9 @@ int run_storage_bench_command(const StorageBenchFlags& f) {
   const bool wants_redis = std::ranges::find(options.backends, StorageBackendKind::kRedis) != options.backends.end();
   TemporaryDirectory temporary;
   if (wants_file && options.directory.empty()) {
-    if (Status s = temporary.create(); !s.is_ok()) return report_error("bench storage", s);
+    auto created = TemporaryDirectory::create("hiq-bench-storage");
+    if (!created) return report_error("bench storage", created.status());
+    temporary = std::move(*created);
     options.directory = temporary.path();
   }
   // The options' own checks before a redis-server is started for them.

@@ -63,24 +63,21 @@ std::string PrivateRedisServer::find_binary() {
 }
 
 Result<std::unique_ptr<PrivateRedisServer>> PrivateRedisServer::start(const std::string& binary) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/hiq-bench-redis.XXXXXX";
-  if (::mkdtemp(pattern.data()) == nullptr)
-    return unavailable("cannot create a directory for redis-server from " + pattern);
-  std::unique_ptr<PrivateRedisServer> server(new PrivateRedisServer(pattern));
+  HIQ_ASSIGN_OR_RETURN(TemporaryDirectory directory, TemporaryDirectory::create("hiq-bench-redis"));
+  std::unique_ptr<PrivateRedisServer> server(new PrivateRedisServer(std::move(directory)));
   for (int attempt = 0; attempt < 5; ++attempt) {
     const int port = free_loopback_port();
     if (port <= 0) return unavailable("no free loopback port for redis-server");
     HIQ_ASSIGN_OR_RETURN(const bool up, server->start_on(binary, port));
     if (up) return server;
   }
-  return unavailable(binary + " did not start on 5 ports: " + last_line_of(server->directory_ + "/redis.log"));
+  return unavailable(binary + " did not start on 5 ports: " + last_line_of(server->directory_.path() + "/redis.log"));
 }
 
 Result<bool> PrivateRedisServer::start_on(const std::string& binary, int port) {
-  const std::string port_text = std::to_string(port), log = directory_ + "/redis.log";
+  const std::string port_text = std::to_string(port), log = directory_.path() + "/redis.log";
   std::vector<std::string> args = {binary,     "--port",  port_text,  "--bind",      "127.0.0.1", "--save",
-                                   "",         "--appendonly", "no",  "--dir",       directory_,  "--logfile",
+                                   "",         "--appendonly", "no",  "--dir",       directory_.path(),  "--logfile",
                                    log,        "--daemonize",  "no"};
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
@@ -138,10 +135,6 @@ void PrivateRedisServer::stop() {
   pid_ = -1;
 }
 
-PrivateRedisServer::~PrivateRedisServer() {
-  stop();
-  std::error_code ec;
-  std::filesystem::remove_all(directory_, ec);
-}
+PrivateRedisServer::~PrivateRedisServer() { stop(); }  // then directory_ goes
 
 }  // namespace hiq::cli

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "tools/hiq/temporary_directory.h"
 
 namespace hiq::cli {
 
@@ -33,12 +34,12 @@ class PrivateRedisServer {
   int port() const { return port_; }
 
  private:
-  explicit PrivateRedisServer(std::string directory) : directory_(std::move(directory)) {}
+  explicit PrivateRedisServer(TemporaryDirectory directory) : directory_(std::move(directory)) {}
   // Whether the server came up on `port`; false when it exited (the port was taken).
   Result<bool> start_on(const std::string& binary, int port);
   void stop();
 
-  std::string directory_;  // its working directory and log
+  TemporaryDirectory directory_;  // its working directory and log
   pid_t pid_ = -1;
   int port_ = -1;
 };

@@ -309,7 +309,7 @@ struct RandomCase {
 
 // A storage tier over `backend` for a harness's cache (synchronous: deterministic).
 std::unique_ptr<StorageTier> make_tier(Harness& h, StorageBackend& backend, int block_tokens,
-                                       std::string model = "test-model") {
+                                       std::string model = "test-model", StorageTierOptions o = {}) {
   // The tier owns its backend; these share one (two servers on one store).
   struct Shared final : StorageBackend {
     explicit Shared(StorageBackend& shared) : b(shared) {}
@@ -320,7 +320,6 @@ std::unique_ptr<StorageTier> make_tier(Harness& h, StorageBackend& backend, int 
     Status remove(std::span<const StorageKey> k) override { return b.remove(k); }
     StorageBackend& b;
   };
-  StorageTierOptions o;
   o.synchronous = true;
   o.storage.prefetch_threshold_tokens = 1;
   auto tier = StorageTier::create(
@@ -385,7 +384,7 @@ TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
     tier->poll();
     EXPECT_GT(tier->stats().written_blocks, 0u);
     EXPECT_GT(tier->stats().inserted_tokens, 0u) << "storage never gave anything back";
-    EXPECT_EQ(tier->stats().corrupt_values, 0u);
+    EXPECT_EQ(tier->stats().io.corrupt_values, 0u);
     tier.reset();
   }
   ASSERT_TRUE(h.cache->check_invariants().is_ok());
@@ -406,7 +405,8 @@ INSTANTIATE_TEST_SUITE_P(
                       RandomCase{CodecKind::kFp8, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru},
                       RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThroughSelective, EvictionPolicy::kLru},
                       RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThrough, EvictionPolicy::kLru, true},
-                      RandomCase{CodecKind::kInt4H, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru, true}),
+                      RandomCase{CodecKind::kInt4H, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru, true},
+                      RandomCase{CodecKind::kFp8, 1, WritePolicy::kWriteThroughSelective, EvictionPolicy::kLfu, true}),
     [](const auto& p) {
       return std::string(codec_name(p.param.codec)) + "_page" + std::to_string(p.param.page_size) + "_" +
              std::string(write_policy_name(p.param.policy)) +
@@ -499,7 +499,7 @@ TEST(StorageTier, ACorruptOrForeignValueIsAMissNeverServed) {
   auto tier = make_tier(second, *backend, 8);
   ASSERT_NE(tier->start_prefetch(prompt), 0u);
   tier->poll();
-  EXPECT_EQ(tier->stats().corrupt_values, 1u);
+  EXPECT_EQ(tier->stats().io.corrupt_values, 1u);
   EXPECT_EQ(tier->stats().inserted_tokens, 16u);  // the two blocks before the corrupt one
   EXPECT_EQ(second.l2->allocator().used_count(), 16u);  // the rest of the fetch's slots went back
   size_t restored = 0;
@@ -557,6 +557,100 @@ TEST(StorageTier, SlotsBeingWrittenOutStayIntactUntilTheWriteIsApplied) {
   EXPECT_EQ(h.l2->allocator().released_pinned_count(), 0u);
   EXPECT_EQ(h.l2->allocator().free_count(), h.l2->capacity_tokens());
   EXPECT_EQ(tier->stats().written_blocks, 2u);
+}
+
+// write_back: storage is written when L2 evicts, not when L2 is written; a
+// restarted server then restores what left L2 of the first one.
+TEST(StorageTier, WriteBackStoresBlocksWhenL2EvictsThem) {
+  auto backend = *make_memory_backend(size_t{16} << 20);
+  RadixCacheOptions o;
+  o.write_policy = WritePolicy::kWriteBack;
+  std::vector<TokenId> prompt(44);  // five blocks of 8, and four tokens that make no block
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(i * 5 + 2);
+  {
+    Harness first(CodecKind::kInt4H, 2, 64, 128, o);
+    auto tier = make_tier(first, *backend, 8);
+    ASSERT_TRUE(serve(first, prompt, true));
+    first.cache->evict_l1(64);  // backs the node up to L2, then frees its L1 slots
+    first.cache->drain_transfers();
+    tier->poll();
+    ASSERT_EQ(first.cache->l2_tokens(), 44u);
+    EXPECT_EQ(tier->stats().written_blocks, 0u) << "write_back wrote storage before L2 let go";
+    first.cache->evict_l2(128);
+    tier->poll();
+    EXPECT_EQ(first.cache->l2_tokens(), 0u);
+    EXPECT_EQ(tier->stats().written_blocks, 5u);
+    EXPECT_EQ(tier->stats().write_back_blocks, 5u);
+    EXPECT_EQ(first.l2->allocator().free_count(), first.l2->capacity_tokens()) << "eviction freed at once";
+  }
+  Harness second(CodecKind::kInt4H, 2, 64, 128, o);
+  auto tier = make_tier(second, *backend, 8);
+  ASSERT_NE(tier->start_prefetch(prompt), 0u);
+  tier->poll();
+  EXPECT_EQ(tier->stats().inserted_tokens, 40u);
+  size_t restored = 0;
+  ASSERT_TRUE(serve(second, prompt, true, &restored));  // checks every restored row
+  EXPECT_EQ(restored, 40u);
+  // Fetched blocks are not written back when they leave L2 again.
+  second.cache->evict_l1(64);
+  second.cache->drain_transfers();
+  second.cache->evict_l2(128);
+  tier->poll();
+  EXPECT_EQ(tier->stats().written_blocks, 0u);
+}
+
+// A node evicted from L2 in pieces: the block that straddles a parent and its
+// child is written with the child, from both nodes' records.
+TEST(StorageTier, WriteBackWritesTheBlockThatSpansAParentAndItsChild) {
+  auto backend = *make_memory_backend(size_t{16} << 20);
+  RadixCacheOptions o;
+  o.write_policy = WritePolicy::kWriteBack;
+  std::vector<TokenId> a(20), b(20);
+  for (size_t i = 0; i < 20; ++i) {
+    a[i] = static_cast<TokenId>(i + 1);
+    b[i] = i < 12 ? a[i] : static_cast<TokenId>(500 + i);  // they part in the middle of the second block
+  }
+  {
+    Harness first(CodecKind::kInt8, 1, 64, 128, o);
+    auto tier = make_tier(first, *backend, 8);
+    ASSERT_TRUE(serve(first, a, true));
+    ASSERT_TRUE(serve(first, b, true));
+    first.cache->evict_l1(64);
+    first.cache->drain_transfers();
+    first.cache->evict_l2(128);
+    tier->poll();
+    EXPECT_EQ(tier->stats().written_blocks, 3u);  // the shared first, and each one's second
+  }
+  for (const auto& prompt : {a, b}) {
+    Harness second(CodecKind::kInt8, 1, 64, 128, o);
+    auto tier = make_tier(second, *backend, 8);
+    ASSERT_NE(tier->start_prefetch(prompt), 0u);
+    tier->poll();
+    size_t restored = 0;
+    ASSERT_TRUE(serve(second, prompt, true, &restored));
+    EXPECT_EQ(restored, 16u);
+  }
+}
+
+TEST(StorageTier, WriteBackPastItsStagingBoundSkipsBlocksAndCountsThem) {
+  auto backend = *make_memory_backend(size_t{16} << 20);
+  RadixCacheOptions o;
+  o.write_policy = WritePolicy::kWriteBack;
+  Harness h(CodecKind::kInt8, 1, 64, 128, o);
+  StorageTierOptions so;
+  const size_t value_bytes = kStorageHeaderBytes + 8 * h.l2->bytes_per_token();
+  so.write_back_staging_bytes = 2 * value_bytes;
+  auto tier = make_tier(h, *backend, 8, "test-model", so);
+  std::vector<TokenId> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(i + 70);
+  ASSERT_TRUE(serve(h, prompt, true));
+  h.cache->evict_l1(64);
+  h.cache->drain_transfers();
+  h.cache->evict_l2(128);  // one node, five blocks: two fit the bound
+  tier->poll();
+  EXPECT_EQ(tier->stats().written_blocks, 2u);
+  EXPECT_EQ(tier->stats().write_back_skipped_blocks, 3u);
+  EXPECT_EQ(h.cache->l2_tokens(), 0u);
 }
 
 TEST(WritePolicyNames, ParseSglangSpellings) {

@@ -357,7 +357,7 @@ TEST_F(StorageFileBackend, AFullDiskOrAShortWriteLeavesNothingReadableAndIsCount
     EXPECT_TRUE(testing::contains(done.status.message(), c.message)) << done.status.message();
     EXPECT_EQ(done.hits, 0u);
     EXPECT_EQ(disk->refused(), 1);
-    EXPECT_EQ(engine.stats().errors, 1u);
+    EXPECT_EQ(engine.stats().errors(), 1u);
     EXPECT_EQ(engine.stats().set_blocks, 1u);  // the old value only
     // Nothing partial anywhere: no temporary file, the old value intact, the others absent.
     EXPECT_TRUE(files_under(root(), ".tmp").empty());
@@ -434,7 +434,7 @@ TEST_F(StorageFileBackend, ACorruptOrTruncatedFileIsAMissCountedAsCorrupt) {
   got = engine.wait(engine.submit_get(keys, fp_, kPage));
   EXPECT_EQ(got.hits, 0u);
   EXPECT_EQ(engine.stats().corrupt_values, 2u);
-  EXPECT_EQ(engine.stats().errors, 0u);
+  EXPECT_EQ(engine.stats().errors(), 0u);
   EXPECT_EQ(log.count("payload checksum mismatch"), 1u);
   EXPECT_EQ(log.count("header says 768 payload bytes, the value holds 36"), 1u);
 }
@@ -496,7 +496,7 @@ TEST_F(StorageRedisBackend, AKilledServerFailsCallsFastAndIsReconnectedWhenBack)
     EXPECT_LT(seconds, 0.5) << "call " << i << " took " << seconds << " s";
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_EQ(engine.stats().errors, uint64_t{kCalls});
+  EXPECT_EQ(engine.stats().errors(), uint64_t{kCalls});
 
   ASSERT_TRUE(redis_->start(redis_->port())) << "could not restart redis-server on the same port";
   bool back = false;
@@ -523,7 +523,7 @@ TEST_F(StorageRedisBackend, ARestartWhileIdleCostsNoError) {
   const auto set = engine.wait(engine.submit_set(keys, values));
   EXPECT_TRUE(set.status.is_ok()) << set.status.to_string();
   EXPECT_EQ(engine.wait(engine.submit_get(keys, fp_, kPage)).hits, 2u);
-  EXPECT_EQ(engine.stats().errors, 0u);
+  EXPECT_EQ(engine.stats().errors(), 0u);
 }
 
 TEST_F(StorageRedisBackend, AnUnreachableServerFailsFastFromTheStart) {

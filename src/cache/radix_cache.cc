@@ -522,6 +522,12 @@ size_t RadixCache::evict_l2(size_t tokens) {
     if (!evictable(victim)) continue;
     RadixNode* parent = victim->parent;
     freed += victim->size();
+    if (l2_eviction_listener_) {
+      std::vector<TokenId> path_tokens;
+      std::vector<SlotId> path_slots;
+      append_path(victim, path_tokens, path_slots);
+      l2_eviction_listener_(path_tokens, path_slots, path_tokens.size() - victim->size());
+    }
     drop(victim);
     if (evictable(parent)) heap.push({parent->last_access, parent});
   }
@@ -594,17 +600,25 @@ void RadixCache::settle(RadixNode* n, bool ok) {
   n->transfer = NodeTransfer::kNone;
 }
 
-void RadixCache::notify_backup(const RadixNode* node) {
+void RadixCache::append_path(const RadixNode* node, std::vector<TokenId>& tokens, std::vector<SlotId>& slots) const {
   std::vector<const RadixNode*> path;
   for (const RadixNode* n = node; n != root_.get(); n = n->parent) path.push_back(n);
-  std::vector<TokenId> tokens;
-  std::vector<SlotId> slots;
-  const auto append = [&](const RadixNode* n) {
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    const RadixNode* n = *it;
     tokens.insert(tokens.end(), n->key.begin(), n->key.end());
     if (n->in_l2()) slots.insert(slots.end(), n->l2.begin(), n->l2.end());
     else slots.insert(slots.end(), n->size(), kNoSlot);
+  }
+}
+
+void RadixCache::notify_backup(const RadixNode* node) {
+  std::vector<TokenId> tokens;
+  std::vector<SlotId> slots;
+  append_path(node, tokens, slots);
+  const auto append = [&](const RadixNode* n) {
+    tokens.insert(tokens.end(), n->key.begin(), n->key.end());
+    slots.insert(slots.end(), n->l2.begin(), n->l2.end());
   };
-  for (auto it = path.rbegin(); it != path.rend(); ++it) append(*it);
   // Blocks may run on into descendants already in L2 (write-back backs up a
   // node after its children): hand over every path down through them.
   const auto down = [&](const auto& self, const RadixNode* n) -> void {

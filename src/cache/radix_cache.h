@@ -145,6 +145,7 @@ class RadixCache {
   RadixCache& operator=(const RadixCache&) = delete;
 
   size_t page_size() const { return page_size_; }
+  const RadixCacheOptions& options() const { return options_; }
 
   // The longest cached prefix of `tokens`, in whole pages. Counts a hit on
   // every matched node and refreshes its access time.
@@ -187,6 +188,13 @@ class RadixCache {
   static constexpr SlotId kNoSlot = UINT32_MAX;
   using BackupListener = std::function<void(std::span<const TokenId> tokens, std::span<const SlotId> l2_slots)>;
   void set_backup_listener(BackupListener listener) { backup_listener_ = std::move(listener); }
+  // Called when L2 eviction is about to drop a host-only node, before its
+  // slots are freed: the tokens from the root to the end of the node, their
+  // L2 slots as for the backup listener, and where the node's own tokens
+  // begin. The storage tier's write-back copies what it stores from there.
+  using L2EvictionListener =
+      std::function<void(std::span<const TokenId> tokens, std::span<const SlotId> l2_slots, size_t from)>;
+  void set_l2_eviction_listener(L2EvictionListener listener) { l2_eviction_listener_ = std::move(listener); }
 
   CacheLock lock(RadixNode* node);
   // The L1 slots of the tokens from the root down to `node`, in token order
@@ -241,6 +249,9 @@ class RadixCache {
   size_t settle_now(RadixNode* node);
   // Hands the path of a node just backed up to backup_listener_.
   void notify_backup(const RadixNode* node);
+  // Appends the tokens and L2 slots (kNoSlot where none) of the path from
+  // the root down to `node`.
+  void append_path(const RadixNode* node, std::vector<TokenId>& tokens, std::vector<SlotId>& slots) const;
   // evict_l1 without waiting for any transfer.
   size_t evict_l1_settled(size_t tokens);
   Result<std::vector<SlotId>> allocate_l1(size_t tokens);
@@ -259,6 +270,7 @@ class RadixCache {
   RadixCacheStats stats_;
   bool backups_stopped_ = false;
   BackupListener backup_listener_;
+  L2EvictionListener l2_eviction_listener_;
 };
 
 }  // namespace hiq

@@ -1,7 +1,6 @@
 #include "cache/storage_tier.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -11,7 +10,7 @@
 
 namespace hiq {
 
-// Blocks per fetch job: a prefetch's blocks are read by several workers at once.
+// Blocks per fetch: a prefetch's blocks are read by several workers at once.
 constexpr size_t kFetchChunkBlocks = 4;
 
 Status StorageTierOptions::validate() const {
@@ -23,22 +22,17 @@ Status StorageTierOptions::validate() const {
   return Status::ok();
 }
 
-// One unit of storage work, run on a worker and applied by poll().
-struct StorageTier::Job {
-  enum class Kind : uint8_t { kWrite, kProbe, kFetch };
+// One storage operation the tier submitted, until poll() applies it.
+struct StorageTier::Pending {
+  enum class Kind : uint8_t { kWrite, kWriteBack, kProbe, kFetch };
   Kind kind = Kind::kWrite;
-  std::vector<StorageKey> keys;
-  // kWrite: the L2 slots of each block's tokens, block after block (pinned).
-  // kFetch: where the fetched tokens go (owned by the job until applied);
-  // the first `skip` tokens of the first block are not copied (the tree has them).
+  std::vector<StorageKey> keys;  // kWrite, kWriteBack: forgotten if they fail; kProbe: what was asked
+  // kWrite: the L2 slots the worker reads (pinned). kFetch: where its pages
+  // go (owned by the prefetch until applied).
   std::vector<SlotId> slots;
-  size_t skip = 0;
-  PrefetchId prefetch = 0;
-  size_t chunk = 0;  // kFetch: which of its prefetch's chunks
-  // Results.
-  Status status;
-  size_t hits = 0;  // kProbe: blocks held from the first; kFetch: blocks valid and copied
-  uint64_t corrupt = 0, bytes = 0;
+  size_t staged_bytes = 0;  // kWriteBack
+  PrefetchId prefetch = 0;  // kProbe, kFetch
+  size_t chunk = 0;         // kFetch: which of its prefetch's chunks
 };
 
 struct StorageTier::Prefetch {
@@ -61,6 +55,47 @@ struct StorageTier::Prefetch {
   size_t fetched_end = 0;  // its fetch put tokens [from, fetched_end) of the prompt into the tree (0: none)
 };
 
+namespace {
+
+// A block's value payload is its records, layer-major: for each layer the K
+// records of the block's tokens, then their V records. `slots` are the
+// block's tokens' L2 slots; the first `skip` tokens are not copied.
+class PagePlanes {
+ public:
+  PagePlanes(HostKvPool& l2, size_t block_tokens)
+      : l2_(l2), block_(block_tokens), k_(l2.layout(KvPart::kK).record_bytes), v_(l2.layout(KvPart::kV).record_bytes) {}
+
+  void gather(std::span<const SlotId> slots, std::span<std::byte> payload) const {
+    each([&](int layer, KvPart part, size_t bytes) {
+      for (size_t t = 0; t < block_; ++t)
+        std::memcpy(payload.data() + offset(layer, part, t), l2_.record(layer, part, slots[t]), bytes);
+    });
+  }
+  void scatter(std::span<const std::byte> payload, std::span<const SlotId> slots, size_t skip) const {
+    each([&](int layer, KvPart part, size_t bytes) {
+      for (size_t t = skip; t < block_; ++t)
+        std::memcpy(l2_.record(layer, part, slots[t - skip]), payload.data() + offset(layer, part, t), bytes);
+    });
+  }
+
+ private:
+  template <typename Each>
+  void each(Each&& each_plane) const {
+    for (int layer = 0; layer < l2_.geometry().num_layers; ++layer) {
+      each_plane(layer, KvPart::kK, k_);
+      if (v_ > 0) each_plane(layer, KvPart::kV, v_);
+    }
+  }
+  size_t offset(int layer, KvPart part, size_t t) const {
+    return static_cast<size_t>(layer) * block_ * (k_ + v_) + (part == KvPart::kK ? t * k_ : block_ * k_ + t * v_);
+  }
+
+  HostKvPool& l2_;
+  size_t block_, k_, v_;
+};
+
+}  // namespace
+
 Result<std::unique_ptr<StorageTier>> StorageTier::create(RadixCache& cache, HostKvPool& l2,
                                                          std::unique_ptr<StorageBackend> backend,
                                                          StorageFingerprint fingerprint, StorageTierOptions options) {
@@ -80,133 +115,45 @@ Result<std::unique_ptr<StorageTier>> StorageTier::create(RadixCache& cache, Host
 
 StorageTier::StorageTier(RadixCache& cache, HostKvPool& l2, std::unique_ptr<StorageBackend> backend,
                          StorageFingerprint fingerprint, StorageTierOptions options)
-    : cache_(cache), l2_(l2), backend_(std::move(backend)), fingerprint_(std::move(fingerprint)),
-      options_(std::move(options)), block_tokens_(static_cast<size_t>(fingerprint_.block_tokens)) {
-  if (!options_.synchronous)
-    for (int i = 0; i < options_.storage.threads; ++i) workers_.emplace_back([this] { worker(); });
-  cache_.set_backup_listener(
-      [this](std::span<const TokenId> tokens, std::span<const SlotId> slots) { on_backed_up(tokens, slots); });
+    : cache_(cache), l2_(l2), fingerprint_(std::move(fingerprint)), options_(std::move(options)),
+      block_tokens_(static_cast<size_t>(fingerprint_.block_tokens)),
+      max_remembered_(options_.remembered_blocks > 0
+                          ? options_.remembered_blocks
+                          : std::max<size_t>(4096, 4 * l2.capacity_tokens() / block_tokens_)),
+      engine_(std::make_unique<StorageEngine>(std::move(backend), options_.synchronous ? 0 : options_.storage.threads)) {
+  if (cache_.options().write_policy == WritePolicy::kWriteBack)
+    cache_.set_l2_eviction_listener([this](std::span<const TokenId> tokens, std::span<const SlotId> slots,
+                                           size_t from) { on_l2_evicted(tokens, slots, from); });
+  else
+    cache_.set_backup_listener(
+        [this](std::span<const TokenId> tokens, std::span<const SlotId> slots) { on_backed_up(tokens, slots); });
 }
 
 StorageTier::~StorageTier() {
   cache_.set_backup_listener({});
+  cache_.set_l2_eviction_listener({});
   closing_ = true;  // probes completing from here on start no fetch
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;  // the workers finish the queue, then leave
+  // Finish what was submitted (writes reach storage), then unpin written
+  // slots and settle fetches: nothing may outlive the tier.
+  while (!pending_.empty()) {
+    engine_->drain();
+    poll();
   }
-  work_ready_.notify_all();
-  for (std::thread& t : workers_) t.join();
-  // Unpin written slots, settle fetches: nothing may outlive the tier.
-  while (in_flight_ > 0) poll();
 }
 
 size_t StorageTier::payload_bytes() const { return block_tokens_ * l2_.bytes_per_token(); }
 
-void StorageTier::submit(std::unique_ptr<Job> job) {
-  ++in_flight_;
-  if (options_.synchronous) {
-    run(*job);
-    done_.push_back(std::move(job));
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(job));
-  }
-  work_ready_.notify_one();
+StorageTierStats StorageTier::stats() const {
+  StorageTierStats s = stats_;
+  s.io = engine_->stats();
+  return s;
 }
 
-void StorageTier::worker() {
-  for (;;) {
-    std::unique_ptr<Job> job;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left
-      job = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    run(*job);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_.push_back(std::move(job));
-    }
-    work_done_.notify_all();
-  }
-}
+bool StorageTier::remembered(const StorageKey& key) { return remembered_.touch(key) != nullptr; }
 
-namespace {
-
-// Where the records of a block's token `t` sit in its value's payload:
-// layer-major, each layer's K records of the block's tokens, then its V records.
-struct PayloadLayout {
-  size_t block_tokens, k_bytes, v_bytes;
-  size_t offset(int layer, KvPart part, size_t t) const {
-    const size_t per_layer = block_tokens * (k_bytes + v_bytes);
-    return static_cast<size_t>(layer) * per_layer + (part == KvPart::kK ? 0 : block_tokens * k_bytes) +
-           t * (part == KvPart::kK ? k_bytes : v_bytes);
-  }
-};
-
-}  // namespace
-
-void StorageTier::run(Job& job) {
-  const size_t block = block_tokens_;
-  const KvGeometry& geometry = l2_.geometry();
-  const PayloadLayout layout{block, l2_.layout(KvPart::kK).record_bytes, l2_.layout(KvPart::kV).record_bytes};
-  const auto parts = [&](auto&& each) {  // the (layer, part) planes of a record
-    for (int layer = 0; layer < geometry.num_layers; ++layer) {
-      each(layer, KvPart::kK, layout.k_bytes);
-      if (layout.v_bytes > 0) each(layer, KvPart::kV, layout.v_bytes);
-    }
-  };
-  switch (job.kind) {
-    case Job::Kind::kProbe: {
-      auto hits = backend_->exists(job.keys);
-      job.status = hits.status();
-      if (hits) job.hits = *hits;
-      return;
-    }
-    case Job::Kind::kWrite: {
-      std::vector<std::vector<std::byte>> values;
-      std::vector<std::byte> payload(payload_bytes());
-      for (size_t b = 0; b < job.keys.size(); ++b) {
-        parts([&](int layer, KvPart part, size_t bytes) {
-          for (size_t t = 0; t < block; ++t)
-            std::memcpy(payload.data() + layout.offset(layer, part, t), l2_.record(layer, part, job.slots[b * block + t]),
-                        bytes);
-        });
-        values.push_back(encode_value(fingerprint_, job.keys[b], payload));
-        job.bytes += values.back().size();
-      }
-      job.status = backend_->set(job.keys, values);
-      return;
-    }
-    case Job::Kind::kFetch: {
-      auto values = backend_->get(job.keys);
-      job.status = values.status();
-      if (!values) return;
-      for (size_t b = 0; b < values->size() && b < job.keys.size(); ++b) {
-        const std::vector<std::byte>& value = (*values)[b];
-        if (value.empty()) break;  // gone since the probe
-        job.bytes += value.size();
-        auto payload = decode_value(value, fingerprint_, job.keys[b], payload_bytes());
-        if (!payload) {
-          ++job.corrupt;  // never served: the run of hits ends here
-          break;
-        }
-        const size_t first = b == 0 ? job.skip : 0;
-        parts([&](int layer, KvPart part, size_t bytes) {
-          for (size_t t = first; t < block; ++t)
-            std::memcpy(l2_.record(layer, part, job.slots[b * block + t - job.skip]),
-                        payload->data() + layout.offset(layer, part, t), bytes);
-        });
-        job.hits = b + 1;
-      }
-      return;
-    }
-  }
+void StorageTier::remember(const StorageKey& key) {
+  remembered_.put(key, 1, 0);
+  while (remembered_.size() > max_remembered_) remembered_.pop_oldest();
 }
 
 StorageTier::PrefetchId StorageTier::start_prefetch(std::span<const TokenId> prompt) {
@@ -239,12 +186,13 @@ bool StorageTier::probe(PrefetchId id, Prefetch& p) {
     return true;
   }
   fetching_.emplace(p.first_key, id);
-  auto job = std::make_unique<Job>();
-  job->kind = Job::Kind::kProbe;
-  job->keys.assign(all.begin() + static_cast<std::ptrdiff_t>(first_block), all.end());
-  job->prefetch = id;
+  Pending ask;
+  ask.kind = Pending::Kind::kProbe;
+  ask.keys.assign(all.begin() + static_cast<std::ptrdiff_t>(first_block), all.end());
+  ask.prefetch = id;
   ++stats_.probes;
-  submit(std::move(job));
+  const StorageEngine::Ticket ticket = engine_->submit_exists(ask.keys);
+  pending_.emplace(ticket, std::move(ask));
   return true;
 }
 
@@ -274,125 +222,116 @@ void StorageTier::forget(PrefetchId id) {
 
 void StorageTier::poll() {
   for (;;) {
-    std::deque<std::unique_ptr<Job>> done;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done.swap(done_);
-    }
+    const std::vector<StorageEngine::Completion> done = engine_->poll();
     if (done.empty()) return;
-    for (auto& job : done) {
-      --in_flight_;
-      apply(*job);  // may submit more work (a fetch after its probe)
-    }
+    for (const StorageEngine::Completion& c : done) apply(c);  // may submit more (a fetch after its probe)
   }
 }
 
 void StorageTier::wait_for_progress(double seconds) {
-  if (in_flight_ == 0) return;
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    work_done_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return !done_.empty(); });
-  }
+  if (pending_.empty()) return;
+  engine_->wait_for_completion(seconds);
   poll();
 }
 
-void StorageTier::apply(Job& job) {
-  const size_t block = block_tokens_;
-  if (job.kind == Job::Kind::kWrite) {
-    HIQ_CHECK(l2_.allocator().unpin(job.slots).is_ok());
-    if (job.status.is_ok()) {
-      stats_.written_blocks += job.keys.size();
-      stats_.bytes_written += job.bytes;
-    } else {
-      ++stats_.write_failures;
-      for (const StorageKey& k : job.keys) known_.erase(k);  // a later backup may try again
-    }
-    return;
-  }
-  auto it = prefetches_.find(job.prefetch);
-  HIQ_CHECK(it != prefetches_.end());
-  Prefetch& p = *it->second;
-  const auto finish = [&] {
-    p.running = false;
-    if (auto f = fetching_.find(p.first_key); f != fetching_.end() && f->second == job.prefetch) fetching_.erase(f);
-    const std::vector<PrefetchId> followers = std::exchange(p.followers, {});
-    const std::vector<TokenId> brought =  // p's prompt up to the end of what its fetch put into the tree
-        std::vector<TokenId>(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(p.fetched_end));
-    if (p.forgotten) prefetches_.erase(it);
-    // Its followers look again, with what it brought now in the tree; what of
-    // their prompt it brought counts as theirs from storage.
-    for (PrefetchId f : followers) {
-      auto follower = prefetches_.find(f);
-      if (follower == prefetches_.end()) continue;
-      Prefetch& q = *follower->second;
-      const size_t n = std::min(brought.size(), q.prompt.size());
-      const auto common = static_cast<size_t>(
-          std::mismatch(brought.begin(), brought.begin() + static_cast<std::ptrdiff_t>(n), q.prompt.begin()).first -
-          brought.begin());
-      if (common > q.from) q.inserted += common - q.from;
-      if (q.forgotten || closing_ || !probe(f, q)) {
-        q.running = false;
-        if (q.forgotten) prefetches_.erase(follower);
+void StorageTier::apply(const StorageEngine::Completion& completion) {
+  auto node = pending_.extract(completion.ticket);
+  HIQ_CHECK_MSG(!node.empty(), "a storage completion the tier did not submit");
+  Pending& job = node.mapped();
+  const bool ok = completion.status.is_ok();
+  switch (job.kind) {
+    case Pending::Kind::kWrite:
+    case Pending::Kind::kWriteBack: {
+      if (job.kind == Pending::Kind::kWrite) HIQ_CHECK(l2_.allocator().unpin(job.slots).is_ok());
+      write_back_staged_ -= job.staged_bytes;
+      if (ok) {
+        stats_.written_blocks += job.keys.size();
+        if (job.kind == Pending::Kind::kWriteBack) stats_.write_back_blocks += job.keys.size();
+      } else {
+        ++stats_.write_failures;
+        for (const StorageKey& k : job.keys) remembered_.erase(k);  // a later backup may try again
       }
+      return;
     }
-  };
-  if (job.kind == Job::Kind::kProbe) {
-    if (!job.status.is_ok()) {
-      ++stats_.probe_failures;
-      return finish();
+    case Pending::Kind::kProbe: {
+      Prefetch& p = *prefetches_.at(job.prefetch);
+      if (!ok) {
+        ++stats_.probe_failures;
+        return finish(job.prefetch);
+      }
+      stats_.probe_hit_blocks += completion.hits;
+      const size_t end = (p.first_block + completion.hits) * block_tokens_;
+      if (closing_ || completion.hits == 0 || end - p.from < options_.storage.prefetch_threshold_tokens)
+        return finish(job.prefetch);
+      job.keys.resize(completion.hits);
+      return fetch(job.prefetch, p, std::move(job.keys));
     }
-    stats_.probe_hit_blocks += job.hits;
-    if (closing_) return finish();
-    const size_t end = (p.first_block + job.hits) * block;
-    if (job.hits == 0 || end - p.from < options_.storage.prefetch_threshold_tokens) return finish();
-    const size_t tokens = end - p.from;
-    SlotAllocator& allocator = l2_.allocator();
-    if (allocator.free_count() < tokens) cache_.evict_l2(tokens - allocator.free_count());
-    auto slots = allocator.allocate(tokens);
-    if (!slots) {
-      stats_.skipped_no_l2_room += job.hits;
-      return finish();
+    case Pending::Kind::kFetch: {
+      Prefetch& p = *prefetches_.at(job.prefetch);
+      if (!ok) ++stats_.fetch_failures;
+      p.chunk_hits[job.chunk] = ok ? completion.hits : 0;
+      if (--p.chunks_left == 0) finish_fetch(job.prefetch, p);
+      return;
     }
-    // Chunks of a few blocks, so the workers read and copy them side by side.
-    p.keys.assign(job.keys.begin(), job.keys.begin() + static_cast<std::ptrdiff_t>(job.hits));
-    p.slots = std::move(*slots);
-    const size_t chunks = (job.hits + kFetchChunkBlocks - 1) / kFetchChunkBlocks;
-    p.chunk_hits.assign(chunks, 0);
-    p.chunks_left = chunks;
-    const size_t skip = p.from - p.first_block * block;
-    for (size_t c = 0; c < chunks; ++c) {
-      const size_t b0 = c * kFetchChunkBlocks, b1 = std::min(job.hits, b0 + kFetchChunkBlocks);
-      auto fetch = std::make_unique<Job>();
-      fetch->kind = Job::Kind::kFetch;
-      fetch->keys.assign(p.keys.begin() + static_cast<std::ptrdiff_t>(b0), p.keys.begin() + static_cast<std::ptrdiff_t>(b1));
-      const size_t t0 = c == 0 ? 0 : b0 * block - skip, t1 = b1 * block - skip;  // token offsets in p.slots
-      fetch->slots.assign(p.slots.begin() + static_cast<std::ptrdiff_t>(t0), p.slots.begin() + static_cast<std::ptrdiff_t>(t1));
-      fetch->skip = c == 0 ? skip : 0;
-      fetch->prefetch = job.prefetch;
-      fetch->chunk = c;
-      submit(std::move(fetch));
-    }
-    return;
   }
-  // A chunk of a fetch. Once all are in, the blocks valid from the first on
-  // go into the tree, and the slots of the rest back.
-  stats_.corrupt_values += job.corrupt;
-  stats_.bytes_read += job.bytes;
-  if (!job.status.is_ok()) ++stats_.fetch_failures;
-  p.chunk_hits[job.chunk] = job.hits;
-  if (--p.chunks_left > 0) return;
+}
+
+void StorageTier::fetch(PrefetchId id, Prefetch& p, std::vector<StorageKey> keys) {
+  const size_t block = block_tokens_;
+  const size_t tokens = (p.first_block + keys.size()) * block - p.from;
+  SlotAllocator& allocator = l2_.allocator();
+  if (allocator.free_count() < tokens) cache_.evict_l2(tokens - allocator.free_count());
+  auto slots = allocator.allocate(tokens);
+  if (!slots) {
+    stats_.skipped_no_l2_room += keys.size();
+    return finish(id);
+  }
+  p.keys = std::move(keys);
+  p.slots = std::move(*slots);
+  // Chunks of a few blocks, so the workers read and copy them side by side.
+  // The first block's first `skip` tokens are in the tree already.
+  const size_t blocks = p.keys.size(), chunks = (blocks + kFetchChunkBlocks - 1) / kFetchChunkBlocks;
+  const size_t skip = p.from - p.first_block * block;
+  p.chunk_hits.assign(chunks, 0);
+  p.chunks_left = chunks;
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t b0 = c * kFetchChunkBlocks, b1 = std::min(blocks, b0 + kFetchChunkBlocks);
+    Pending chunk;
+    chunk.kind = Pending::Kind::kFetch;
+    chunk.prefetch = id;
+    chunk.chunk = c;
+    const size_t t0 = c == 0 ? 0 : b0 * block - skip, t1 = b1 * block - skip;  // token offsets in p.slots
+    chunk.slots.assign(p.slots.begin() + static_cast<std::ptrdiff_t>(t0), p.slots.begin() + static_cast<std::ptrdiff_t>(t1));
+    std::vector<StorageKey> chunk_keys(p.keys.begin() + static_cast<std::ptrdiff_t>(b0),
+                                       p.keys.begin() + static_cast<std::ptrdiff_t>(b1));
+    // The sink runs on a worker: it owns what it reads (the slots it fills
+    // belong to the prefetch until this chunk is applied).
+    StorageEngine::PageSink sink = [planes = PagePlanes(l2_, block), slots = chunk.slots, block,
+                                    first_skip = c == 0 ? skip : 0](size_t b, std::span<const std::byte> payload) {
+      const size_t skip_here = b == 0 ? first_skip : 0;
+      const size_t at = b == 0 ? 0 : b * block - first_skip;
+      planes.scatter(payload, std::span<const SlotId>(slots).subspan(at, block - skip_here), skip_here);
+    };
+    const StorageEngine::Ticket ticket =
+        engine_->submit_get(std::move(chunk_keys), fingerprint_, payload_bytes(), std::move(sink));
+    pending_.emplace(ticket, std::move(chunk));
+  }
+}
+
+void StorageTier::finish_fetch(PrefetchId id, Prefetch& p) {
+  // The blocks valid from the first on go into the tree, the slots of the rest back.
   size_t hits = 0;
   for (size_t c = 0; c < p.chunk_hits.size(); ++c) {
     hits += p.chunk_hits[c];
     if (p.chunk_hits[c] < std::min(kFetchChunkBlocks, p.keys.size() - c * kFetchChunkBlocks)) break;
   }
   stats_.fetched_blocks += hits;
-  const size_t got = hits == 0 ? 0 : (p.first_block + hits) * block - p.from;
+  const size_t got = hits == 0 ? 0 : (p.first_block + hits) * block_tokens_ - p.from;
   if (got < p.slots.size())
     HIQ_CHECK(l2_.allocator().free(std::span<const SlotId>(p.slots).subspan(got)).is_ok());
   if (got > 0) {
     p.fetched_end = p.from + got;
-    for (size_t b = 0; b < hits; ++b) known_.insert(p.keys[b]);
+    for (size_t b = 0; b < hits; ++b) remember(p.keys[b]);
     const size_t taken = cache_.insert_host(std::span<const TokenId>(p.prompt).first(p.from + got), p.from,
                                             std::span<const SlotId>(p.slots).first(got));
     p.inserted += taken;
@@ -400,7 +339,35 @@ void StorageTier::apply(Job& job) {
   }
   p.keys.clear();
   p.slots.clear();
-  finish();
+  finish(id);
+}
+
+void StorageTier::finish(PrefetchId id) {
+  auto it = prefetches_.find(id);
+  HIQ_CHECK(it != prefetches_.end());
+  Prefetch& p = *it->second;
+  p.running = false;
+  if (auto f = fetching_.find(p.first_key); f != fetching_.end() && f->second == id) fetching_.erase(f);
+  const std::vector<PrefetchId> followers = std::exchange(p.followers, {});
+  const std::vector<TokenId> brought =  // p's prompt up to the end of what its fetch put into the tree
+      std::vector<TokenId>(p.prompt.begin(), p.prompt.begin() + static_cast<std::ptrdiff_t>(p.fetched_end));
+  if (p.forgotten) prefetches_.erase(it);
+  // Its followers look again, with what it brought now in the tree; what of
+  // their prompt it brought counts as theirs from storage.
+  for (PrefetchId f : followers) {
+    auto follower = prefetches_.find(f);
+    if (follower == prefetches_.end()) continue;
+    Prefetch& q = *follower->second;
+    const size_t n = std::min(brought.size(), q.prompt.size());
+    const auto common = static_cast<size_t>(
+        std::mismatch(brought.begin(), brought.begin() + static_cast<std::ptrdiff_t>(n), q.prompt.begin()).first -
+        brought.begin());
+    if (common > q.from) q.inserted += common - q.from;
+    if (q.forgotten || closing_ || !probe(f, q)) {
+      q.running = false;
+      if (q.forgotten) prefetches_.erase(follower);
+    }
+  }
 }
 
 void StorageTier::on_backed_up(std::span<const TokenId> tokens, std::span<const SlotId> l2_slots) {
@@ -408,18 +375,58 @@ void StorageTier::on_backed_up(std::span<const TokenId> tokens, std::span<const 
   const size_t blocks = tokens.size() / block;
   if (blocks == 0) return;
   const std::vector<StorageKey> keys = storage_keys(fingerprint_, tokens.first(blocks * block));
-  auto job = std::make_unique<Job>();
-  job->kind = Job::Kind::kWrite;
+  Pending write;
+  write.kind = Pending::Kind::kWrite;
   for (size_t b = 0; b < blocks; ++b) {
     const std::span<const SlotId> slots = l2_slots.subspan(b * block, block);
     if (std::find(slots.begin(), slots.end(), RadixCache::kNoSlot) != slots.end()) continue;
-    if (!known_.insert(keys[b]).second) continue;  // written or found already
-    job->keys.push_back(keys[b]);
-    job->slots.insert(job->slots.end(), slots.begin(), slots.end());
+    if (remembered(keys[b])) continue;  // written or found already
+    remember(keys[b]);
+    write.keys.push_back(keys[b]);
+    write.slots.insert(write.slots.end(), slots.begin(), slots.end());
   }
-  if (job->keys.empty()) return;
-  HIQ_CHECK(l2_.allocator().pin(job->slots).is_ok());
-  submit(std::move(job));
+  if (write.keys.empty()) return;
+  HIQ_CHECK(l2_.allocator().pin(write.slots).is_ok());
+  // The source runs on a worker, over slots pinned until this write is applied.
+  StorageEngine::PageSource source = [planes = PagePlanes(l2_, block), slots = write.slots, block](
+                                         size_t b, std::span<std::byte> payload) {
+    planes.gather(std::span<const SlotId>(slots).subspan(b * block, block), payload);
+  };
+  const StorageEngine::Ticket ticket = engine_->submit_set(write.keys, fingerprint_, payload_bytes(), std::move(source));
+  pending_.emplace(ticket, std::move(write));
+}
+
+void StorageTier::on_l2_evicted(std::span<const TokenId> tokens, std::span<const SlotId> l2_slots, size_t from) {
+  const size_t block = block_tokens_;
+  const size_t blocks = tokens.size() / block;
+  if (blocks == 0) return;
+  const std::vector<StorageKey> keys = storage_keys(fingerprint_, tokens.first(blocks * block));
+  const PagePlanes planes(l2_, block);
+  Pending write;
+  write.kind = Pending::Kind::kWriteBack;
+  std::vector<std::vector<std::byte>> values;
+  // The blocks that end in the evicted node: those that end above it were
+  // written when their own node left L2 (or are still there).
+  for (size_t b = from / block; b < blocks; ++b) {
+    const std::span<const SlotId> slots = l2_slots.subspan(b * block, block);
+    if (std::find(slots.begin(), slots.end(), RadixCache::kNoSlot) != slots.end()) continue;
+    if (remembered(keys[b])) continue;
+    const size_t bytes = kStorageHeaderBytes + payload_bytes();
+    if (write_back_staged_ + bytes > options_.write_back_staging_bytes) {
+      stats_.write_back_skipped_blocks += blocks - b;
+      break;
+    }
+    remember(keys[b]);
+    std::vector<std::byte>& value = values.emplace_back(bytes);
+    planes.gather(slots, std::span<std::byte>(value).subspan(kStorageHeaderBytes));
+    seal_value(value, fingerprint_, keys[b]);
+    write.keys.push_back(keys[b]);
+    write.staged_bytes += bytes;
+    write_back_staged_ += bytes;
+  }
+  if (write.keys.empty()) return;
+  const StorageEngine::Ticket ticket = engine_->submit_set(write.keys, std::move(values));
+  pending_.emplace(ticket, std::move(write));
 }
 
 }  // namespace hiq

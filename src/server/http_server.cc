@@ -87,6 +87,7 @@ struct HttpServer::Impl {
   Family<Counter>* storage_blocks = nullptr;
   Family<Counter>* storage_bytes = nullptr;
   Family<Counter>* storage_errors = nullptr;
+  Family<Counter>* storage_seconds = nullptr;
   Family<Counter>* steps = nullptr;
   Family<Counter>* step_seconds = nullptr;
   Family<Counter>* queue_seconds = nullptr;
@@ -133,13 +134,20 @@ struct HttpServer::Impl {
                                          "Seconds from submission to completion of L1↔L2 transfers, summed, by direction",
                                          {"direction"});
     storage_blocks = *registry.counter("hiq:storage_blocks_total",
-                                       "Blocks of KV written to storage (L3) and fetched from it, by op", {"op"});
+                                       "Blocks of KV written to storage (L3) and fetched from it, by op (written, "
+                                       "written_at_eviction: write_back's share of written, skipped_at_eviction, "
+                                       "fetched)",
+                                       {"op"});
     storage_bytes = *registry.counter("hiq:storage_bytes_total", "Bytes written to and read from storage (L3)",
                                       {"direction"});
     storage_errors = *registry.counter("hiq:storage_errors_total",
                                        "Storage (L3) failures, by kind (write, probe, fetch, corrupt: a value that "
                                        "failed its checks and was not served)",
                                        {"kind"});
+    storage_seconds = *registry.counter("hiq:storage_seconds_total",
+                                        "Seconds the storage (L3) backend spent, summed over its workers, by op "
+                                        "(exists, get, set)",
+                                        {"op"});
     steps = *registry.counter("hiq:scheduler_steps_total", "Engine steps, by kind (prefill, decode)", {"kind"});
     step_seconds = *registry.counter("hiq:scheduler_step_seconds_total", "Seconds spent in forward passes, by kind",
                                      {"kind"});
@@ -175,13 +183,18 @@ struct HttpServer::Impl {
     sync(cached_tokens->with({"storage"}), static_cast<double>(s.cached_storage_tokens));
     const StorageTierStats& st = s.storage_tier;
     sync(storage_blocks->with({"written"}), static_cast<double>(st.written_blocks));
+    sync(storage_blocks->with({"written_at_eviction"}), static_cast<double>(st.write_back_blocks));
+    sync(storage_blocks->with({"skipped_at_eviction"}), static_cast<double>(st.write_back_skipped_blocks));
     sync(storage_blocks->with({"fetched"}), static_cast<double>(st.fetched_blocks));
-    sync(storage_bytes->with({"write"}), static_cast<double>(st.bytes_written));
-    sync(storage_bytes->with({"read"}), static_cast<double>(st.bytes_read));
+    sync(storage_bytes->with({"write"}), static_cast<double>(st.io.bytes_written));
+    sync(storage_bytes->with({"read"}), static_cast<double>(st.io.bytes_read));
     sync(storage_errors->with({"write"}), static_cast<double>(st.write_failures));
     sync(storage_errors->with({"probe"}), static_cast<double>(st.probe_failures));
     sync(storage_errors->with({"fetch"}), static_cast<double>(st.fetch_failures));
-    sync(storage_errors->with({"corrupt"}), static_cast<double>(st.corrupt_values));
+    sync(storage_errors->with({"corrupt"}), static_cast<double>(st.io.corrupt_values));
+    sync(storage_seconds->with({"exists"}), st.io.exists_seconds);
+    sync(storage_seconds->with({"get"}), st.io.get_seconds);
+    sync(storage_seconds->with({"set"}), st.io.set_seconds);
     sync(load_back_tokens->get(), static_cast<double>(s.cache.load_back_tokens));
     sync(backup_tokens->get(), static_cast<double>(s.cache.backup_tokens));
     sync(evicted_tokens->with({"device"}),

@@ -10,7 +10,7 @@ namespace hiq {
 
 StorageEngine::StorageEngine(std::unique_ptr<StorageBackend> backend, int threads) : backend_(std::move(backend)) {
   HIQ_CHECK_MSG(backend_ != nullptr, "StorageEngine needs a backend");
-  HIQ_CHECK_MSG(threads >= 1, "StorageEngine needs at least one thread");
+  HIQ_CHECK_MSG(threads >= 0, "StorageEngine: a negative thread count");
   workers_.reserve(static_cast<size_t>(threads));
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
 }
@@ -33,12 +33,24 @@ StorageEngine::Ticket StorageEngine::submit_exists(std::vector<StorageKey> keys)
 }
 
 StorageEngine::Ticket StorageEngine::submit_get(std::vector<StorageKey> keys, StorageFingerprint fp,
-                                                size_t payload_bytes) {
+                                                size_t payload_bytes, PageSink sink) {
   Operation operation;
   operation.op = StorageOp::kGet;
   operation.keys = std::move(keys);
   operation.fp = std::move(fp);
   operation.payload_bytes = payload_bytes;
+  operation.sink = std::move(sink);
+  return submit(std::move(operation));
+}
+
+StorageEngine::Ticket StorageEngine::submit_set(std::vector<StorageKey> keys, StorageFingerprint fp,
+                                                size_t payload_bytes, PageSource source) {
+  Operation operation;
+  operation.op = StorageOp::kSet;
+  operation.keys = std::move(keys);
+  operation.fp = std::move(fp);
+  operation.payload_bytes = payload_bytes;
+  operation.source = std::move(source);
   return submit(std::move(operation));
 }
 
@@ -58,7 +70,13 @@ StorageEngine::Ticket StorageEngine::submit(Operation operation) {
     ticket = next_ticket_++;
     operation.ticket = ticket;
     outstanding_.insert(ticket);
-    queue_.push_back(std::move(operation));
+    if (!workers_.empty()) queue_.push_back(std::move(operation));
+  }
+  if (workers_.empty()) {  // inline
+    Completion completion = run(operation);
+    std::lock_guard lock(mutex_);
+    done_.push_back(std::move(completion));
+    return ticket;
   }
   work_ready_.notify_one();
   return ticket;
@@ -96,6 +114,16 @@ StorageEngine::Completion StorageEngine::wait(Ticket ticket) {
   }
 }
 
+bool StorageEngine::wait_for_completion(double seconds) {
+  std::unique_lock lock(mutex_);
+  return finished_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return !done_.empty(); });
+}
+
+void StorageEngine::drain() {
+  std::unique_lock lock(mutex_);
+  finished_.wait(lock, [&] { return queue_.empty() && running_ == 0; });
+}
+
 size_t StorageEngine::outstanding() const {
   std::lock_guard lock(mutex_);
   return outstanding_.size();
@@ -115,10 +143,12 @@ void StorageEngine::work() {
       if (stopping_) return;
       operation = std::move(queue_.front());
       queue_.pop_front();
+      ++running_;
     }
     Completion completion = run(operation);
     {
       std::lock_guard lock(mutex_);
+      --running_;
       done_.push_back(std::move(completion));
     }
     finished_.notify_all();
@@ -161,10 +191,14 @@ StorageEngine::Completion StorageEngine::run(Operation& operation) {
               std::string(backend_->name()) + " storage: dropping an unusable value: " + payload.status().to_string());
           break;
         }
-        value.erase(value.begin(), value.begin() + static_cast<std::ptrdiff_t>(kStorageHeaderBytes));
-        c.payloads.push_back(std::move(value));
+        if (operation.sink) {
+          operation.sink(i, *payload);
+        } else {
+          value.erase(value.begin(), value.begin() + static_cast<std::ptrdiff_t>(kStorageHeaderBytes));
+          c.payloads.push_back(std::move(value));
+        }
+        c.hits = i + 1;
       }
-      c.hits = c.payloads.size();
       if (!unusable.empty()) {
         if (Status removed = backend_->remove(unusable); !removed.is_ok())
           log(LogLevel::kWarning, "storage", "cannot remove an unusable value: " + removed.to_string());
@@ -172,6 +206,15 @@ StorageEngine::Completion StorageEngine::run(Operation& operation) {
       break;
     }
     case StorageOp::kSet: {
+      if (operation.source) {  // the pages are gathered here, straight into their values
+        operation.values.resize(keys);
+        for (size_t i = 0; i < keys; ++i) {
+          std::vector<std::byte>& value = operation.values[i];
+          value.resize(kStorageHeaderBytes + operation.payload_bytes);
+          operation.source(i, std::span<std::byte>(value).subspan(kStorageHeaderBytes));
+          seal_value(value, operation.fp, operation.keys[i]);
+        }
+      }
       if (operation.keys.size() != operation.values.size()) {
         c.status = invalid_argument("storage set: " + std::to_string(operation.keys.size()) + " keys but " +
                                     std::to_string(operation.values.size()) + " values");
@@ -187,16 +230,18 @@ StorageEngine::Completion StorageEngine::run(Operation& operation) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   std::lock_guard lock(mutex_);
   StorageStats& s = stats_;
-  if (!c.status.is_ok()) ++s.errors;
+  const uint64_t failed = c.status.is_ok() ? 0 : 1;
   switch (operation.op) {
     case StorageOp::kExists:
       ++s.exists_calls;
+      s.exists_errors += failed;
       s.exists_hit_blocks += c.hits;
       s.exists_miss_blocks += keys - c.hits;
       s.exists_seconds += seconds;
       break;
     case StorageOp::kGet:
       ++s.get_calls;
+      s.get_errors += failed;
       s.hit_blocks += c.hits;
       s.miss_blocks += keys - c.hits;
       s.corrupt_values += corrupt;
@@ -205,6 +250,7 @@ StorageEngine::Completion StorageEngine::run(Operation& operation) {
       break;
     case StorageOp::kSet:
       ++s.set_calls;
+      s.set_errors += failed;
       s.set_blocks += c.hits;
       if (c.status.is_ok()) s.bytes_written += bytes;
       s.set_seconds += seconds;

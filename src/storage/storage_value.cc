@@ -5,6 +5,8 @@
 
 #include <xxhash.h>
 
+#include "core/check.h"
+
 namespace hiq {
 namespace {
 
@@ -38,10 +40,11 @@ std::string hex64(uint64_t v) {
 
 }  // namespace
 
-std::vector<std::byte> encode_value(const StorageFingerprint& fp, const StorageKey& key,
-                                    std::span<const std::byte> payload) {
-  std::vector<std::byte> value(kStorageHeaderBytes + payload.size());
+void seal_value(std::span<std::byte> value, const StorageFingerprint& fp, const StorageKey& key) {
+  HIQ_CHECK_MSG(value.size() >= kStorageHeaderBytes, "seal_value: a value is at least its header");
   std::byte* h = value.data();
+  const std::span<const std::byte> payload = value.subspan(kStorageHeaderBytes);
+  std::memset(h, 0, kStorageHeaderBytes);
   std::memcpy(h, kMagic, sizeof(kMagic));
   put_u32(h + kVersionOffset, kStorageValueVersion);
   put_u64(h + kFingerprintOffset, fp.hash());
@@ -49,7 +52,13 @@ std::vector<std::byte> encode_value(const StorageFingerprint& fp, const StorageK
   put_u64(h + kPayloadBytesOffset, payload.size());
   put_u64(h + kPayloadHashOffset, XXH3_64bits(payload.data(), payload.size()));
   put_u64(h + kHeaderHashOffset, XXH3_64bits(h, kHeaderHashOffset));
-  if (!payload.empty()) std::memcpy(h + kStorageHeaderBytes, payload.data(), payload.size());
+}
+
+std::vector<std::byte> encode_value(const StorageFingerprint& fp, const StorageKey& key,
+                                    std::span<const std::byte> payload) {
+  std::vector<std::byte> value(kStorageHeaderBytes + payload.size());
+  if (!payload.empty()) std::memcpy(value.data() + kStorageHeaderBytes, payload.data(), payload.size());
+  seal_value(value, fp, key);
   return value;
 }
 

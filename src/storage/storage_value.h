@@ -35,6 +35,10 @@ inline constexpr size_t kStorageHeaderBytes = 64;
 
 std::vector<std::byte> encode_value(const StorageFingerprint& fp, const StorageKey& key,
                                     std::span<const std::byte> payload);
+// Writes the header of `value`, whose payload is already in place after its
+// first kStorageHeaderBytes (so a page is gathered once, straight into the
+// value it is stored as). encode_value is this after a copy.
+void seal_value(std::span<std::byte> value, const StorageFingerprint& fp, const StorageKey& key);
 
 // The payload inside `value` (a view of it), or why the value is unusable:
 //   kDataLoss: shorter than a header, a bad magic or header checksum, a length

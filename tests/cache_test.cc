@@ -315,7 +315,7 @@ std::unique_ptr<StorageTier> make_tier(Harness& h, StorageBackend& backend, int 
     explicit Shared(StorageBackend& shared) : b(shared) {}
     std::string_view name() const override { return b.name(); }
     Result<size_t> exists(std::span<const StorageKey> k) override { return b.exists(k); }
-    Result<std::vector<std::vector<std::byte>>> get(std::span<const StorageKey> k) override { return b.get(k); }
+    Status read(std::span<const StorageKey> k, const ValueVisitor& visit) override { return b.read(k, visit); }
     Status set(std::span<const StorageKey> k, std::span<const std::vector<std::byte>> v) override { return b.set(k, v); }
     Status remove(std::span<const StorageKey> k) override { return b.remove(k); }
     StorageBackend& b;

@@ -144,33 +144,34 @@ class FileBackend final : public StorageBackend {
     return held;
   }
 
-  Result<std::vector<std::vector<std::byte>>> get(std::span<const StorageKey> keys) override {
-    std::vector<std::vector<std::byte>> values(keys.size());
+  Status read(std::span<const StorageKey> keys, const ValueVisitor& visit) override {
+    // One buffer per worker thread, reused for every value it reads: a fresh
+    // allocation per value costs its page faults, more than the read itself.
+    thread_local std::vector<std::byte> buffer;
     for (size_t i = 0; i < keys.size(); ++i) {
       const std::string path = path_of(keys[i]);
       const int fd = ops_->open(path.c_str(), O_RDONLY | O_CLOEXEC, 0);
-      if (fd < 0) {
-        if (errno == ENOENT) {
-          forget(keys[i]);
-          continue;
-        }
+      size_t bytes = 0;
+      if (fd >= 0) {
+        const Status status = read_whole(fd, path, buffer, bytes);
+        if (status.is_ok() && bytes > 0) (void)::futimens(fd, nullptr);  // the LRU order a restart sees
+        ops_->close(fd);
+        HIQ_RETURN_IF_ERROR(status);
+      } else if (errno != ENOENT) {
         return io_error("open", path, errno);
       }
-      const Status status = read_whole(fd, path, values[i]);
-      if (status.is_ok() && !values[i].empty()) (void)::futimens(fd, nullptr);  // the LRU order a restart sees
-      ops_->close(fd);
-      HIQ_RETURN_IF_ERROR(status);
-      if (values[i].empty()) {
+      if (bytes == 0) {
         forget(keys[i]);
-        continue;
+      } else {
+        std::lock_guard lock(mutex_);
+        if (index_.touch(keys[i]) == nullptr) {
+          index_.put(keys[i], bytes, NoEntry{});
+          evict_locked(&keys[i]);
+        }
       }
-      std::lock_guard lock(mutex_);
-      if (index_.touch(keys[i]) == nullptr) {
-        index_.put(keys[i], values[i].size(), NoEntry{});
-        evict_locked(&keys[i]);
-      }
+      if (!visit(i, std::span<const std::byte>(buffer).first(bytes))) break;
     }
-    return values;
+    return Status::ok();
   }
 
   Status set(std::span<const StorageKey> keys, std::span<const std::vector<std::byte>> values) override {
@@ -202,25 +203,27 @@ class FileBackend final : public StorageBackend {
  private:
   std::string path_of(const StorageKey& key) const { return file_backend_path(options_.path, key); }
 
-  Status read_whole(int fd, const std::string& path, std::vector<std::byte>& out) {
+  // Reads the file into `buffer` (grown as needed, never shrunk); `bytes`:
+  // how many it holds, 0 for an empty or oversized file.
+  Status read_whole(int fd, const std::string& path, std::vector<std::byte>& buffer, size_t& bytes) {
+    bytes = 0;
     struct stat st;
     if (::fstat(fd, &st) != 0) return io_error("stat", path, errno);
     if (st.st_size <= 0 || static_cast<uint64_t>(st.st_size) > options_.max_value_bytes) return Status::ok();
-    out.resize(static_cast<size_t>(st.st_size));
+    const auto size = static_cast<size_t>(st.st_size);
+    if (buffer.size() < size) buffer.resize(size);
     size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t n = ops_->read(fd, out.data() + done, out.size() - done);
+    while (done < size) {
+      const ssize_t n = ops_->read(fd, buffer.data() + done, size - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        out.clear();
-        return io_error("read", path, errno);
-      }
+      if (n < 0) return io_error("read", path, errno);
       if (n == 0) break;  // shorter than it was: the checksum will tell
       done += static_cast<size_t>(n);
     }
-    out.resize(done);
+    bytes = done;
     return Status::ok();
   }
+
 
   Status write_one(const StorageKey& key, const std::vector<std::byte>& value) {
     const std::string path = path_of(key);

@@ -20,12 +20,13 @@ class MemoryBackend final : public StorageBackend {
     return held;
   }
 
-  Result<std::vector<std::vector<std::byte>>> get(std::span<const StorageKey> keys) override {
+  Status read(std::span<const StorageKey> keys, const ValueVisitor& visit) override {
     std::lock_guard lock(mutex_);
-    std::vector<std::vector<std::byte>> values(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i)
-      if (auto* item = index_.touch(keys[i])) values[i] = item->entry;
-    return values;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto* item = index_.touch(keys[i]);
+      if (!visit(i, item != nullptr ? std::span<const std::byte>(item->entry) : std::span<const std::byte>())) break;
+    }
+    return Status::ok();
   }
 
   Status set(std::span<const StorageKey> keys, std::span<const std::vector<std::byte>> values) override {

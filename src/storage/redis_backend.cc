@@ -86,26 +86,31 @@ class RedisBackend final : public StorageBackend {
     return held;
   }
 
-  Result<std::vector<std::vector<std::byte>>> get(std::span<const StorageKey> keys) override {
-    std::vector<std::vector<std::byte>> values;
+  Status read(std::span<const StorageKey> keys, const ValueVisitor& visit) override {
+    // The replies are visited where hiredis put them, once all have come
+    // (a reconnect may run the pipeline again).
+    std::vector<Reply> replies;
     const std::vector<std::string> names = names_of(keys);
     HIQ_RETURN_IF_ERROR(run("GET", [&](redisContext* c) -> Status {
-      values.assign(names.size(), {});
+      replies.clear();
       for (const std::string& name : names)
         if (redisAppendCommand(c, "GET %b", name.data(), name.size()) != REDIS_OK) return broken(c, "GET");
       Status first_error;
       for (size_t i = 0; i < names.size(); ++i) {
         HIQ_ASSIGN_OR_RETURN(Reply reply, next_reply(c, "GET"));
-        if (reply->type == REDIS_REPLY_STRING) {
-          const auto* bytes = reinterpret_cast<const std::byte*>(reply->str);
-          values[i].assign(bytes, bytes + reply->len);
-        } else if (reply->type == REDIS_REPLY_ERROR && first_error.is_ok()) {
-          first_error = error_reply("GET", *reply);
-        }
+        if (reply->type == REDIS_REPLY_ERROR && first_error.is_ok()) first_error = error_reply("GET", *reply);
+        replies.push_back(std::move(reply));
       }
       return first_error;
     }));
-    return values;
+    for (size_t i = 0; i < replies.size(); ++i) {
+      const redisReply& reply = *replies[i];
+      const std::span<const std::byte> value =
+          reply.type == REDIS_REPLY_STRING ? std::span(reinterpret_cast<const std::byte*>(reply.str), reply.len)
+                                           : std::span<const std::byte>();
+      if (!visit(i, value)) break;
+    }
+    return Status::ok();
   }
 
   Status set(std::span<const StorageKey> keys, std::span<const std::vector<std::byte>> values) override {

@@ -10,8 +10,8 @@
 // run, since later blocks chain through it.
 //
 // Failure semantics, common to every backend:
-//   - A missing key is not an error: exists() stops counting at it, get()
-//     returns an empty vector in its place.
+//   - A missing key is not an error: exists() stops counting at it, read()
+//     hands an empty value in its place.
 //   - An error (the service is down, the disk is full or failing) fails the
 //     whole call with a Status; nothing is partly returned.
 //   - set() stores each value atomically: a reader sees the old value, the
@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -40,9 +41,23 @@ class StorageBackend {
   virtual std::string_view name() const = 0;
   // How many of `keys`, from the first, are held: stops at the first miss.
   virtual Result<size_t> exists(std::span<const StorageKey> keys) = 0;
-  // The stored value of each key, as it was set; an empty vector for a key
-  // that is not held. A read counts as a use for LRU eviction.
-  virtual Result<std::vector<std::vector<std::byte>>> get(std::span<const StorageKey> keys) = 0;
+  // Hands the stored value of each key, as it was set, to `visit` in key
+  // order (an empty span for a key not held) until `visit` returns false or
+  // the keys end; the span is valid only during the call, so a caller copies
+  // what it keeps and a backend may reuse its buffer (no value is allocated
+  // per read). `visit` must not call the backend. A read counts as a use for
+  // LRU eviction. On an error, values visited before it were still visited.
+  using ValueVisitor = std::function<bool(size_t index, std::span<const std::byte> value)>;
+  virtual Status read(std::span<const StorageKey> keys, const ValueVisitor& visit) = 0;
+  // read(), copying every value (an empty vector for a key not held).
+  Result<std::vector<std::vector<std::byte>>> get(std::span<const StorageKey> keys) {
+    std::vector<std::vector<std::byte>> values(keys.size());
+    HIQ_RETURN_IF_ERROR(read(keys, [&](size_t i, std::span<const std::byte> value) {
+      values[i].assign(value.begin(), value.end());
+      return true;
+    }));
+    return values;
+  }
   // Stores values[i] under keys[i], replacing what was there. Errors:
   // kInvalidArgument (lengths differ, an empty value), kResourceExhausted (a
   // value larger than the whole capacity, a full disk), kUnavailable (the

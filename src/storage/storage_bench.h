@@ -8,9 +8,9 @@
 //   - write: every value set() in batches of `batch`, into a store emptied of
 //     the previous run's keys (untimed). The values are encoded once before
 //     (encode_value: header and XXH3 of the payload), timed apart in encode_s.
-//   - read: the same keys got in the same batches, each value checked by
-//     decode_value as StorageEngine checks it; the check is inside the time
-//     (and its own part is decode_s).
+//   - read: the same keys read() in the same batches, each value checked by
+//     decode_value where the backend hands it over, as StorageEngine checks
+//     it; the check is inside the time (and its own part is decode_s).
 //   - the reference, same sizes, same medium, one caller:
 //       file   one file per value in a directory beside the backend's:
 //              open/write/close (and fsync, when the backend fsyncs), then

@@ -172,32 +172,28 @@ StorageEngine::Completion StorageEngine::run(Operation& operation) {
       break;
     }
     case StorageOp::kGet: {
-      auto values = backend_->get(operation.keys);
-      if (!values.is_ok()) {
-        c.status = values.status();
-        break;
-      }
-      for (const auto& value : *values) bytes += value.size();
+      // Each value is checked where the backend hands it over; the first
+      // missing or unusable one ends the run (and the read).
       std::vector<StorageKey> unusable;
-      const size_t returned = std::min(values->size(), keys);
-      for (size_t i = 0; i < returned; ++i) {
-        std::vector<std::byte>& value = (*values)[i];
-        if (value.empty()) break;
+      c.status = backend_->read(operation.keys, [&](size_t i, std::span<const std::byte> value) {
+        bytes += value.size();
+        if (value.empty()) return false;
         const auto payload = decode_value(value, operation.fp, operation.keys[i], operation.payload_bytes);
         if (!payload.is_ok()) {
           ++corrupt;
           unusable.push_back(operation.keys[i]);
           log(LogLevel::kWarning, "storage",
               std::string(backend_->name()) + " storage: dropping an unusable value: " + payload.status().to_string());
-          break;
+          return false;
         }
-        if (operation.sink) {
-          operation.sink(i, *payload);
-        } else {
-          value.erase(value.begin(), value.begin() + static_cast<std::ptrdiff_t>(kStorageHeaderBytes));
-          c.payloads.push_back(std::move(value));
-        }
+        if (operation.sink) operation.sink(i, *payload);
+        else c.payloads.emplace_back(payload->begin(), payload->end());
         c.hits = i + 1;
+        return true;
+      });
+      if (!c.status.is_ok()) {
+        c.hits = 0;
+        c.payloads.clear();
       }
       if (!unusable.empty()) {
         if (Status removed = backend_->remove(unusable); !removed.is_ok())

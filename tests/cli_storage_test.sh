@@ -4,7 +4,9 @@
 #   file:  a server computes prompts and writes them to a directory; a
 #          restarted server (a new process) fetches them from it, restores
 #          them and answers with the same greedy ids; a server killed with
-#          SIGKILL leaves nothing that a restart would read wrongly.
+#          SIGKILL leaves nothing that a restart would read wrongly; under
+#          write_back, what L2 evicts is written then, and a restart
+#          serves it.
 #   redis: two servers on one Redis share prefixes; a server with another
 #          codec on the same Redis finds none of them; Redis killed mid-run
 #          costs only recomputation (errors counted, answers unchanged), and
@@ -49,10 +51,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def serve(name, storage_args, codec="bf16"):  # bf16: restored KV is the computed KV, bit for bit
+def serve(name, storage_args, codec="bf16", ratio="4"):  # bf16: restored KV is the computed KV, bit for bit
     log = open(os.path.join(TMP, name + ".log"), "w")
     p = subprocess.Popen([HIQ, "serve", "--model", MODEL, "--port", "0", "--max-total-tokens", "400",
-                          "--hicache-codec", codec, "--hicache-ratio", "4", "--hicache-storage-block-tokens", "16",
+                          "--hicache-codec", codec, "--hicache-ratio", ratio, "--hicache-storage-block-tokens", "16",
                           "--hicache-storage-prefetch-policy", "wait_complete", *storage_args],
                          stdout=log, stderr=log)
     servers.append(p)
@@ -141,6 +143,24 @@ for prompt, first in zip(more, more_cold):  # whatever of them was whole on disk
 assert metric(base, 'hiq:storage_errors_total{kind="corrupt"}') == 0, metrics(base)
 stop(p)
 print("ok   file: after a SIGKILL mid-write, a restart serves whole blocks only, nothing corrupt")
+
+# write_back: storage is written when L2 evicts (L1 400 and L2 400 tokens
+# cannot hold ten prompts of 100), and only then.
+wb_args = ["--hicache-write-policy", "write_back", "--hicache-storage-backend", "file",
+           "--hicache-storage-backend-extra-config",
+           json.dumps({"path": os.path.join(TMP, "l3-write-back"), "size": "64MB", "prefetch_threshold": 16})]
+ten = [[(13 * i + 7 * j) % 250 + 2 for j in range(100)] for i in range(10)]
+p, base = serve("write-back-1", wb_args, ratio="1")
+ten_cold = [completion(base, prompt) for prompt in ten]
+wait_for(base, 'hiq:storage_blocks_total{op="written_at_eviction"}', 6)
+assert metric(base, WRITTEN) == metric(base, 'hiq:storage_blocks_total{op="written_at_eviction"}'), metrics(base)
+stop(p)
+p, base = serve("write-back-2", wb_args, ratio="1")
+r = completion(base, ten[0])  # the least recently used: the first to leave L2
+assert r["choices"][0]["token_ids"] == ten_cold[0]["choices"][0]["token_ids"], (r, ten_cold[0])
+assert by_tier(r, "storage") == 96, r
+stop(p)
+print("ok   file: under write_back, L2's evictions are stored then, and a restart serves them")
 
 # ---- redis: sharing, foreign fingerprints, a Redis that dies ----------------
 redis = shutil.which("redis-server")

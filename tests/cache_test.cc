@@ -6,6 +6,8 @@
 // right prefix (or, restored from L2, the codec's round trip of it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <random>
 #include <chrono>
@@ -48,7 +50,7 @@ void expected_row(uint64_t hash, int layer, KvPart part, std::span<uint16_t> row
 }
 
 struct Harness {
-  explicit Harness(CodecKind codec, int page_size, size_t l1_slots, size_t l2_slots, RadixCacheOptions options,
+  explicit Harness(KvCodecs codec, int page_size, size_t l1_slots, size_t l2_slots, RadixCacheOptions options,
                    int workers = 2)
       : geometry(tiny_geometry(page_size)) {
     l1 = *make_host_memory_device_pool(geometry, l1_slots);
@@ -300,7 +302,7 @@ TEST(RadixCache, FailedRestoreLeavesTheNodeOnHostAndIsCounted) {
 // ---- randomised, against the invariants and the KV itself -----------------------------
 
 struct RandomCase {
-  CodecKind codec;
+  KvCodecs codec;
   int page_size;
   WritePolicy policy;
   EvictionPolicy eviction;
@@ -406,9 +408,13 @@ INSTANTIATE_TEST_SUITE_P(
                       RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThroughSelective, EvictionPolicy::kLru},
                       RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThrough, EvictionPolicy::kLru, true},
                       RandomCase{CodecKind::kInt4H, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru, true},
-                      RandomCase{CodecKind::kFp8, 1, WritePolicy::kWriteThroughSelective, EvictionPolicy::kLfu, true}),
+                      RandomCase{CodecKind::kFp8, 1, WritePolicy::kWriteThroughSelective, EvictionPolicy::kLfu, true},
+                      RandomCase{KvCodecs(CodecKind::kInt8, CodecKind::kInt4H), 2, WritePolicy::kWriteThrough,
+                                 EvictionPolicy::kLru, true}),
     [](const auto& p) {
-      return std::string(codec_name(p.param.codec)) + "_page" + std::to_string(p.param.page_size) + "_" +
+      std::string codec = p.param.codec.name();  // "k=int8,v=int4h" → "k_int8_v_int4h"
+      std::replace_if(codec.begin(), codec.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
+      return codec + "_page" + std::to_string(p.param.page_size) + "_" +
              std::string(write_policy_name(p.param.policy)) +
              (p.param.eviction == EvictionPolicy::kLfu ? "_lfu" : "_lru") + (p.param.storage ? "_storage" : "");
     });

@@ -59,5 +59,20 @@ TEST(ListFlag, Codecs) {
   expect_error(parse_codec_list_flag("int8,", "--hicache-codec"), StatusCode::kInvalidArgument, {"empty entry"});
 }
 
+TEST(ListFlag, KvCodecsPairAKeyAndAValueEntry) {
+  const KvCodecs split(CodecKind::kInt8, CodecKind::kInt4H);
+  EXPECT_EQ(*parse_kv_codec_list_flag("bf16,k=int8,v=int4h,int4h", "--hicache-codec"),
+            (std::vector<KvCodecs>{CodecKind::kBf16, split, CodecKind::kInt4H}));
+  EXPECT_EQ(*parse_kv_codec_list_flag("v=int4h, k=int8", "--hicache-codec"), (std::vector<KvCodecs>{split}));
+  EXPECT_EQ(*parse_kv_codec_list_flag("k=int8,k=fp8", "--hicache-codec"),  // two entries, each for both parts
+            (std::vector<KvCodecs>{CodecKind::kInt8, CodecKind::kFp8}));
+  EXPECT_EQ(parse_kv_codec_list_flag("all", "--hicache-codec")->size(), std::size(kAllCodecs));
+  expect_error(parse_kv_codec_list_flag("k=int8,v=int4h,v=int4h,k=int8", "--hicache-codec"),
+               StatusCode::kInvalidArgument, {"twice", "k=int8,v=int4h"});
+  expect_error(parse_kv_codec_list_flag("int8,int8", "--hicache-codec"), StatusCode::kInvalidArgument, {"twice"});
+  expect_error(parse_kv_codec_list_flag("k=int3,v=int8", "--hicache-codec"), StatusCode::kInvalidArgument,
+               {"--hicache-codec", "int3"});
+}
+
 }  // namespace
 }  // namespace hiq::cli

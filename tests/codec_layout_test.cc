@@ -85,5 +85,24 @@ TEST(CodecNames, RoundTripAndRejectUnknown) {
   EXPECT_NE(bad.status().message().find("int3"), std::string::npos);
 }
 
+TEST(KvCodecSpecs, OneCodecOrOnePerPart) {
+  EXPECT_EQ(*parse_kv_codecs("int8"), KvCodecs(CodecKind::kInt8));
+  EXPECT_EQ(*parse_kv_codecs("k=int8,v=int4h"), KvCodecs(CodecKind::kInt8, CodecKind::kInt4H));
+  EXPECT_EQ(*parse_kv_codecs("v=int4h,k=int8"), KvCodecs(CodecKind::kInt8, CodecKind::kInt4H));
+  EXPECT_EQ(*parse_kv_codecs("k=fp8"), KvCodecs(CodecKind::kFp8));  // the part not named follows the other
+  EXPECT_EQ(*parse_kv_codecs("k=int4,v=int4"), KvCodecs(CodecKind::kInt4));
+  for (const KvCodecs c : {KvCodecs(CodecKind::kBf16), KvCodecs(CodecKind::kInt8, CodecKind::kInt4H),
+                           KvCodecs(CodecKind::kInt4H, CodecKind::kFp8)})
+    EXPECT_EQ(*parse_kv_codecs(c.name()), c) << c.name();
+  EXPECT_EQ(KvCodecs(CodecKind::kInt8).name(), "int8");
+  EXPECT_EQ(KvCodecs(CodecKind::kInt8, CodecKind::kInt4H).name(), "k=int8,v=int4h");
+  EXPECT_EQ(KvCodecs(CodecKind::kInt8, CodecKind::kInt4H).of(KvPart::kV), CodecKind::kInt4H);
+  for (const char* bad : {"k=int8,k=fp8", "x=int8", "k=int3", "k=int8,", "k=", "=int8", "", "k=int8;v=int4"}) {
+    auto parsed = parse_kv_codecs(bad);
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_NE(parse_kv_codecs("k=int8,k=fp8").status().message().find("twice"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace hiq

@@ -50,7 +50,7 @@ struct Tiers {
   std::unique_ptr<CudaTransferEngine> engine;
 };
 
-Tiers make_tiers(const KvGeometry& g, CodecKind codec, size_t l1_slots, size_t l2_slots,
+Tiers make_tiers(const KvGeometry& g, KvCodecs codec, size_t l1_slots, size_t l2_slots,
                  TransferEngineOptions options = {}, size_t align = kDefaultRecordAlign) {
   Tiers t;
   auto l1 = make_cuda_device_kv_pool(g, l1_slots);
@@ -202,7 +202,7 @@ TEST_F(GpuTest, PinsInChunksWhenAskedAndEveryChunkIsMappedAtItsHostAddress) {
 // ---- the engine ------------------------------------------------------------------
 
 struct EngineCase {
-  CodecKind codec;
+  KvCodecs codec;
   bool odd_shape;
   size_t align;
 };
@@ -267,11 +267,17 @@ std::vector<EngineCase> engine_cases() {
     if (c != CodecKind::kInt4H) out.push_back({c, true, 1});  // int4h needs a power-of-two head_dim
   }
   out.push_back({CodecKind::kInt8, false, 128});
+  // Keys and values in different codecs: one kernel launch per part.
+  out.push_back({KvCodecs(CodecKind::kInt8, CodecKind::kInt4H), false, 16});
+  out.push_back({KvCodecs(CodecKind::kBf16, CodecKind::kFp8), true, 1});
   return out;
 }
 
 std::string describe_engine_case(const ::testing::TestParamInfo<EngineCase>& p) {
-  return std::string(codec_name(p.param.codec)) + (p.param.odd_shape ? "_odd" : "") + "_align" +
+  const KvCodecs c = p.param.codec;
+  const std::string codec = c.split() ? "k_" + std::string(codec_name(c.k)) + "_v_" + std::string(codec_name(c.v))
+                                      : std::string(codec_name(c.k));
+  return codec + (p.param.odd_shape ? "_odd" : "") + "_align" +
          std::to_string(p.param.align);
 }
 

@@ -290,6 +290,20 @@ TEST(HostKvPool, CapacityComesFromEncodedBytes) {
   }
 }
 
+TEST(HostKvPool, KeysAndValuesMayHaveTheirOwnCodec) {
+  const KvGeometry g = preset("qwen3-8b");
+  HostKvPoolOptions o;
+  o.size_bytes = 64'000'000;
+  o.codec = KvCodecs(CodecKind::kInt8, CodecKind::kInt4H);
+  auto pool = HostKvPool::create(g, o, 1000);
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  EXPECT_EQ((*pool)->layout(KvPart::kK).codec, CodecKind::kInt8);
+  EXPECT_EQ((*pool)->layout(KvPart::kV).codec, CodecKind::kInt4H);
+  EXPECT_EQ((*pool)->bytes_per_token(), (1040u + 576u) * 36u);  // int8 rows of 1,040 B, int4h rows of 576 B
+  EXPECT_EQ((*pool)->capacity_tokens(), 64'000'000u / ((1040u + 576u) * 36u));
+  EXPECT_EQ((*pool)->reserved_bytes(), (*pool)->capacity_tokens() * (*pool)->bytes_per_token());
+}
+
 TEST(HostKvPool, RatioOfL1TokensInWholePages) {
   HostKvPoolOptions o;
   o.codec = CodecKind::kInt4;

@@ -1,7 +1,9 @@
 #include "codec/codec.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
+#include <optional>
 #if defined(__x86_64__)
 #include <xmmintrin.h>
 #endif
@@ -26,6 +28,35 @@ Result<CodecKind> parse_codec(std::string_view name) {
   for (CodecKind c : kAllCodecs)
     if (codec_name(c) == name) return c;
   return invalid_argument("unknown codec '" + std::string(name) + "' (expected bf16, int8, fp8, int4 or int4h)");
+}
+
+std::string KvCodecs::name() const {
+  if (!split()) return std::string(codec_name(k));
+  return "k=" + std::string(codec_name(k)) + ",v=" + std::string(codec_name(v));
+}
+
+Result<KvCodecs> parse_kv_codecs(std::string_view spec) {
+  if (spec.find('=') == std::string_view::npos) {
+    HIQ_ASSIGN_OR_RETURN(const CodecKind both, parse_codec(spec));
+    return KvCodecs(both);
+  }
+  std::optional<CodecKind> k, v;
+  for (size_t start = 0; start <= spec.size();) {
+    const size_t comma = std::min(spec.find(',', start), spec.size());
+    const std::string_view item = spec.substr(start, comma - start);
+    const size_t eq = item.find('=');
+    const std::string_view part = item.substr(0, eq);
+    if (eq == std::string_view::npos || (part != "k" && part != "v"))
+      return invalid_argument("codec spec '" + std::string(spec) + "': '" + std::string(item) +
+                              "' is not k=CODEC or v=CODEC");
+    std::optional<CodecKind>& slot = part == "k" ? k : v;
+    if (slot) return invalid_argument("codec spec '" + std::string(spec) + "' names " + std::string(part) + " twice");
+    auto codec = parse_codec(item.substr(eq + 1));
+    if (!codec) return codec.status().with_context("codec spec '" + std::string(spec) + "'");
+    slot = *codec;
+    start = comma + 1;
+  }
+  return KvCodecs(k.value_or(*v), v.value_or(*k));
 }
 
 namespace {

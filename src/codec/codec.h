@@ -44,6 +44,28 @@ std::string_view codec_name(CodecKind codec);
 // Accepts the names of codec_name ("bf16", "int8", "fp8", "int4", "int4h").
 Result<CodecKind> parse_codec(std::string_view name);
 
+// The codecs of a host tier: one for keys, one for values. Keys are more
+// sensitive to quantisation than values (they pass through the softmax's
+// exponent), so a tier may keep them at a finer codec. Built implicitly from
+// one codec: both parts use it. MLA has no V rows; its `v` is ignored.
+struct KvCodecs {
+  CodecKind k = CodecKind::kBf16;
+  CodecKind v = CodecKind::kBf16;
+
+  constexpr KvCodecs() = default;
+  constexpr KvCodecs(CodecKind both) : k(both), v(both) {}  // NOLINT(google-explicit-constructor): one codec is both
+  constexpr KvCodecs(CodecKind key, CodecKind value) : k(key), v(value) {}
+
+  constexpr CodecKind of(KvPart part) const { return part == KvPart::kK ? k : v; }
+  constexpr bool split() const { return k != v; }
+  constexpr bool operator==(const KvCodecs&) const = default;
+  // "int8" when both are int8; "k=int8,v=int4h" when they differ.
+  std::string name() const;
+};
+// Accepts "int8" (both parts) and "k=int8,v=int4h" (either order; a part not
+// named keeps the other's codec, so "k=int8" alone is int8 for both).
+Result<KvCodecs> parse_kv_codecs(std::string_view spec);
+
 // Bumped whenever any record layout changes; stored by tiers that persist records.
 inline constexpr uint32_t kRecordFormatVersion = 1;
 inline constexpr size_t kDefaultRecordAlign = 16;

@@ -63,7 +63,7 @@ struct Accumulator {
   uint64_t heldout = 0, agree_heldout = 0, greedy = 0, agree_greedy = 0;
   double k_error2 = 0, k_norm2 = 0, v_error2 = 0, v_norm2 = 0, max_abs_error = 0;
 
-  CodecQuality result(CodecKind codec) const {
+  CodecQuality result(KvCodecs codec) const {
     CodecQuality q;
     q.codec = codec;
     q.texts = texts;
@@ -91,7 +91,7 @@ struct Accumulator {
 // One codec's host tier: its L2 pool, transfer engine and radix cache
 // (destroyed in reverse: the cache first).
 struct CodecTier {
-  CodecKind codec = CodecKind::kBf16;
+  KvCodecs codec = CodecKind::kBf16;
   std::unique_ptr<HostKvPool> l2;
   std::unique_ptr<TransferEngine> transfer;
   std::unique_ptr<RadixCache> cache;
@@ -162,7 +162,7 @@ class Evaluator {
  public:
   Evaluator(QualityModel& model, const QualityOptions& options) : model_(model), options_(options) {}
 
-  Status add_tier(CodecKind codec) {
+  Status add_tier(KvCodecs codec) {
     CodecTier tier;
     tier.codec = codec;
     HostKvPoolOptions host;
@@ -225,7 +225,7 @@ class Evaluator {
   Status run_tier(CodecTier& tier, std::span<const int32_t> text, std::span<const SlotId> prefix,
                   std::span<const SlotId> scratch, const Reference& ref) {
     const size_t P = options_.prefix_len, C = options_.continuation_len, G = options_.greedy_len;
-    const std::string name(codec_name(tier.codec));
+    const std::string name = tier.codec.name();
     RadixCache& cache = *tier.cache;
     const std::span<const int32_t> prefix_tokens = text.first(P);
 
@@ -344,7 +344,7 @@ Result<QualityReport> evaluate_quality(QualityModel& model, std::span<const std:
       return invalid_argument("text " + std::to_string(i) + " has " + std::to_string(texts[i].size()) +
                               " tokens; prefix + continuation + 1 = " + std::to_string(needed) + " are needed");
   Evaluator evaluator(model, options);
-  for (CodecKind codec : options.codecs) HIQ_RETURN_IF_ERROR(evaluator.add_tier(codec));
+  for (const KvCodecs& codec : options.codecs) HIQ_RETURN_IF_ERROR(evaluator.add_tier(codec));
   for (size_t i = 0; i < texts.size(); ++i) {
     HIQ_RETURN_IF_ERROR(evaluator.run(texts[i]).with_context("text " + std::to_string(i)));
     if (progress) progress(i + 1, texts.size());

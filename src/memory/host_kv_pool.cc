@@ -9,7 +9,7 @@
 
 namespace hiq {
 
-HostKvPool::HostKvPool(const KvGeometry& geometry, CodecKind codec, RecordLayout k, RecordLayout v, size_t capacity,
+HostKvPool::HostKvPool(const KvGeometry& geometry, KvCodecs codec, RecordLayout k, RecordLayout v, size_t capacity,
                        MappedRegion memory)
     : geometry_(geometry),
       codec_(codec),
@@ -24,15 +24,15 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
                                                      size_t l1_tokens) {
   HIQ_RETURN_IF_ERROR(geometry.validate());
   // The codecs read and write BF16 rows; an FP16 L1 can only be copied as it is.
-  if (geometry.l1_dtype != L1Dtype::kBf16 && options.codec != CodecKind::kBf16)
-    return invalid_argument("--hicache-codec " + std::string(codec_name(options.codec)) +
+  if (geometry.l1_dtype != L1Dtype::kBf16 && options.codec != KvCodecs(CodecKind::kBf16))
+    return invalid_argument("--hicache-codec " + options.codec.name() +
                             " needs a BF16 L1; this model's L1 is " + std::string(l1_dtype_name(geometry.l1_dtype)) +
                             " (use --hicache-codec bf16, which copies rows unchanged)");
-  HIQ_ASSIGN_OR_RETURN(RecordLayout k, RecordLayout::make(options.codec, geometry.row_shape(KvPart::kK),
+  HIQ_ASSIGN_OR_RETURN(RecordLayout k, RecordLayout::make(options.codec.k, geometry.row_shape(KvPart::kK),
                                                           options.record_align));
   RecordLayout v{};  // MLA: no V records
   if (geometry.attention == AttentionKind::kMha) {
-    HIQ_ASSIGN_OR_RETURN(v, RecordLayout::make(options.codec, geometry.row_shape(KvPart::kV), options.record_align));
+    HIQ_ASSIGN_OR_RETURN(v, RecordLayout::make(options.codec.v, geometry.row_shape(KvPart::kV), options.record_align));
   }
   const uint64_t bytes_per_token = (k.record_bytes + v.record_bytes) * static_cast<uint64_t>(geometry.num_layers);
   const auto page = static_cast<uint64_t>(geometry.page_size);
@@ -48,7 +48,7 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
     if (tokens == 0)
       return invalid_argument("--hicache-size " + format_bytes(options.size_bytes) + " holds no page of " +
                               std::to_string(page) + " token(s) at " + format_count(bytes_per_token) +
-                              " B/token (" + std::string(codec_name(options.codec)) + ")");
+                              " B/token (" + options.codec.name() + ")");
   } else {
     if (!(options.ratio > 0) || !std::isfinite(options.ratio))
       return invalid_argument("--hicache-ratio must be a positive number (got " + std::to_string(options.ratio) + ")");

@@ -1,6 +1,7 @@
 // memory/host_kv_pool.h — L2: the host-memory tier, holding KV as encoded records.
 //
-// One record per (slot, layer, K|V) in the pool's codec (docs/formats.md),
+// One record per (slot, layer, K|V) in the pool's codec for that part
+// (docs/formats.md),
 // laid out layer-first like L1:
 //
 //   [layer 0: K records of every slot | V records][layer 1: …] …
@@ -23,7 +24,7 @@
 namespace hiq {
 
 struct HostKvPoolOptions {
-  CodecKind codec = CodecKind::kBf16;          // --hicache-codec
+  KvCodecs codec = CodecKind::kBf16;           // --hicache-codec: one codec, or one for K and one for V
   size_t record_align = kDefaultRecordAlign;   // --record-align
   uint64_t size_bytes = 0;                     // --hicache-size; 0: size from `ratio`
   uint64_t capacity_tokens = 0;                // --hicache-tokens: a capacity in tokens, whatever the codec's
@@ -43,7 +44,7 @@ class HostKvPool {
                                                    size_t l1_tokens);
 
   const KvGeometry& geometry() const { return geometry_; }
-  CodecKind codec() const { return codec_; }
+  KvCodecs codec() const { return codec_; }
   const RecordLayout& layout(KvPart part) const { return part == KvPart::kK ? k_layout_ : v_layout_; }
   size_t capacity_tokens() const { return capacity_tokens_; }
   // Encoded bytes of one token: every layer's K and V record, padding included.
@@ -60,11 +61,11 @@ class HostKvPool {
   }
 
  private:
-  HostKvPool(const KvGeometry& geometry, CodecKind codec, RecordLayout k, RecordLayout v, size_t capacity,
+  HostKvPool(const KvGeometry& geometry, KvCodecs codec, RecordLayout k, RecordLayout v, size_t capacity,
              MappedRegion memory);
 
   KvGeometry geometry_;
-  CodecKind codec_;
+  KvCodecs codec_;
   RecordLayout k_layout_, v_layout_;  // v_layout_ is unused (and empty) for MLA
   size_t capacity_tokens_;
   size_t bytes_per_token_;

@@ -4,11 +4,11 @@
 
 namespace hiq {
 
-StorageFingerprint make_storage_fingerprint(const KvGeometry& geometry, CodecKind codec, size_t record_align,
+StorageFingerprint make_storage_fingerprint(const KvGeometry& geometry, KvCodecs codec, size_t record_align,
                                             int block_tokens, std::string model, int tp_rank) {
   StorageFingerprint fp;
   fp.model = std::move(model);
-  fp.codec = std::string(codec_name(codec));
+  fp.codec = codec.name();
   fp.format_version = kRecordFormatVersion;
   fp.layers = geometry.num_layers;
   fp.kv_heads = geometry.num_kv_heads;
@@ -24,12 +24,12 @@ StorageFingerprint make_storage_fingerprint(const KvGeometry& geometry, CodecKin
 
 Result<size_t> storage_page_bytes(const StorageFingerprint& fp) {
   HIQ_RETURN_IF_ERROR(fp.validate());
-  HIQ_ASSIGN_OR_RETURN(const CodecKind codec, parse_codec(fp.codec));
-  HIQ_ASSIGN_OR_RETURN(const RecordLayout k, RecordLayout::make(codec, {fp.kv_heads, fp.head_dim}, fp.record_align));
+  HIQ_ASSIGN_OR_RETURN(const KvCodecs codec, parse_kv_codecs(fp.codec));
+  HIQ_ASSIGN_OR_RETURN(const RecordLayout k, RecordLayout::make(codec.k, {fp.kv_heads, fp.head_dim}, fp.record_align));
   size_t per_layer = k.record_bytes;
   if (fp.v_head_dim > 0) {
     HIQ_ASSIGN_OR_RETURN(const RecordLayout v,
-                         RecordLayout::make(codec, {fp.kv_heads, fp.v_head_dim}, fp.record_align));
+                         RecordLayout::make(codec.v, {fp.kv_heads, fp.v_head_dim}, fp.record_align));
     per_layer += v.record_bytes;
   }
   return per_layer * static_cast<size_t>(fp.layers) * static_cast<size_t>(fp.block_tokens);

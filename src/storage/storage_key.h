@@ -55,7 +55,7 @@ struct StorageKeyHash {
 
 struct StorageFingerprint {
   std::string model;                             // hash of config.json + weights identity, or --model-fingerprint
-  std::string codec;                             // codec_name() of the L2 records
+  std::string codec;                             // KvCodecs::name() of the L2 records ("int8", "k=int8,v=int4h")
   uint32_t format_version = kRecordFormatVersion;  // record format (codec/codec.h)
   int layers = 0;                                // attention layers that cache KV
   int kv_heads = 0;                              // KV heads of one TP rank
@@ -79,7 +79,7 @@ struct StorageFingerprint {
 
 // The fingerprint of one TP rank's KV as a HostKvPool of this geometry and
 // codec holds it, stored in pages of `block_tokens` tokens.
-StorageFingerprint make_storage_fingerprint(const KvGeometry& geometry, CodecKind codec, size_t record_align,
+StorageFingerprint make_storage_fingerprint(const KvGeometry& geometry, KvCodecs codec, size_t record_align,
                                             int block_tokens, std::string model, int tp_rank = 0);
 
 // Bytes of one page's payload: block_tokens × (K + V record bytes) × layers,

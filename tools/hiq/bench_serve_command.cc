@@ -114,7 +114,7 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
   out["server"] = {{"device", stack->device()},
                    {"l1_slots", stack->context_tokens()},
                    {"l1_free_slots", s.l1_free_slots},
-                   {"l2_codec", l2 ? std::string(codec_name(l2->codec())) : "none"},
+                   {"l2_codec", l2 ? l2->codec().name() : "none"},
                    {"l2_record_align", l2 ? l2->layout(KvPart::kK).record_align : 0},
                    {"l2_capacity_tokens", stack->host_capacity_tokens()},
                    {"l2_bytes_per_token", l2 ? l2->bytes_per_token() : 0},

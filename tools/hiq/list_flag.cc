@@ -1,5 +1,6 @@
 #include "tools/hiq/list_flag.h"
 
+#include <algorithm>
 #include <charconv>
 #include <iterator>
 
@@ -52,6 +53,26 @@ Result<std::vector<int64_t>> parse_integer_list_flag(std::string_view text, std:
 Result<std::vector<CodecKind>> parse_codec_list_flag(std::string_view text, std::string_view flag) {
   if (text == "all") return std::vector<CodecKind>(std::begin(kAllCodecs), std::end(kAllCodecs));
   return parse_list_flag_as<CodecKind>(text, flag, [](const std::string& name) { return parse_codec(name); });
+}
+
+Result<std::vector<KvCodecs>> parse_kv_codec_list_flag(std::string_view text, std::string_view flag) {
+  if (text == "all") return std::vector<KvCodecs>(std::begin(kAllCodecs), std::end(kAllCodecs));
+  HIQ_ASSIGN_OR_RETURN(const std::vector<std::string> items, parse_list_flag(text, flag, ListRepeats::kAllow));
+  const auto part_of = [](const std::string& item) { return item.size() > 1 && item[1] == '=' ? item[0] : '\0'; };
+  std::vector<KvCodecs> out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    std::string spec = items[i];
+    const char part = part_of(spec);
+    if (part != '\0' && i + 1 < items.size() && part_of(items[i + 1]) != '\0' && part_of(items[i + 1]) != part)
+      spec += "," + items[++i];
+    auto parsed = parse_kv_codecs(spec);
+    if (!parsed) return parsed.status().with_context(flag);
+    const KvCodecs codecs = *parsed;
+    if (std::find(out.begin(), out.end(), codecs) != out.end())
+      return invalid_argument(std::string(flag) + ": '" + codecs.name() + "' is given twice");
+    out.push_back(codecs);
+  }
+  return out;
 }
 
 }  // namespace hiq::cli

@@ -66,5 +66,9 @@ Result<std::vector<int64_t>> parse_integer_list_flag(std::string_view text, std:
 
 // A list of codec names (bf16, int8, fp8, int4, int4h), or "all" for every codec.
 Result<std::vector<CodecKind>> parse_codec_list_flag(std::string_view text, std::string_view flag);
+// A list of host-tier codecs: names as above, and K/V pairs written as
+// parse_kv_codecs takes them ("k=int8,v=int4h": a k= item and the v= item
+// after it, or the other way round, are one entry). "all": every single codec.
+Result<std::vector<KvCodecs>> parse_kv_codec_list_flag(std::string_view text, std::string_view flag);
 
 }  // namespace hiq::cli

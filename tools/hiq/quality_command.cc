@@ -146,7 +146,7 @@ int run_quality(const QualityFlags& f) {
   auto align = record_align_option(f.record_align);
   if (!align) return report_error("quality", align.status());
   options.record_align = *align;
-  auto codecs = parse_codec_list_flag(f.codecs, "--hicache-codec");
+  auto codecs = parse_kv_codec_list_flag(f.codecs, "--hicache-codec");
   if (!codecs) return report_error("quality", codecs.status());
   options.codecs = *std::move(codecs);
   if (auto s = options.validate(); !s.is_ok()) return report_error("quality", s);
@@ -191,7 +191,7 @@ int run_quality(const QualityFlags& f) {
                           {"record_align", options.record_align},
                           {"codecs", nlohmann::json::array()}};
     for (const CodecQuality& q : report->codecs)
-      out["codecs"].push_back({{"codec", codec_name(q.codec)},
+      out["codecs"].push_back({{"codec", q.codec.name()},
                                {"valid", q.valid},
                                {"restored_tokens", q.restored_tokens},
                                {"restored_bytes", q.restored_bytes},
@@ -215,10 +215,10 @@ int run_quality(const QualityFlags& f) {
              "K rel. RMS", "V rel. RMS"});
     for (const CodecQuality& q : report->codecs) {
       if (!q.valid) {
-        t.add_row({std::string(codec_name(q.codec)), "0", "invalid: nothing was restored", "", "", "", "", "", "", "", ""});
+        t.add_row({q.codec.name(), "0", "invalid: nothing was restored", "", "", "", "", "", "", "", ""});
         continue;
       }
-      t.add_row({std::string(codec_name(q.codec)), std::to_string(q.restored_tokens),
+      t.add_row({q.codec.name(), std::to_string(q.restored_tokens),
                  format_fixed(q.perplexity_reference, 4), format_fixed(q.perplexity, 4),
                  (q.perplexity_change >= 0 ? "+" : "") + percent(q.perplexity_change, 3), scientific(q.kl_mean),
                  scientific(q.kl_max), percent(q.top1_heldout, 2), percent(q.top1_greedy, 2),
@@ -249,7 +249,9 @@ Subcommand add_quality_command(CLI::App& parent) {
   app->add_option("--continuation-len", f->continuation_len, "Held-out tokens scored after the prefix")
       ->capture_default_str();
   app->add_option("--greedy-len", f->greedy_len, "Greedy tokens compared after the prefix")->capture_default_str();
-  app->add_option("--hicache-codec", f->codecs, "Codecs to test, comma-separated (bf16 is the exact control)")
+  app->add_option("--hicache-codec", f->codecs,
+                  "Codecs to test, comma-separated (bf16 is the exact control); k=CODEC,v=CODEC is one entry with "
+                  "separate codecs for keys and values")
       ->capture_default_str();
   app->add_option("--record-align", f->record_align, "Pad L2 records to a multiple of this many bytes")
       ->capture_default_str();

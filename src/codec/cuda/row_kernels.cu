@@ -142,12 +142,22 @@ Status launch_rows(Direction direction, const RowBatch& batch, const KernelShape
   if (batch.count == 0 || batch.num_layers == 0) return Status::ok();
   if (batch.num_parts < 1 || batch.num_parts > 2 || max_blocks < 1 || shape.warps_per_block < 1)
     return invalid_argument("launch_rows: bad batch or shape");
+  if (batch.num_parts == 2 && batch.parts[0].layout.codec != batch.parts[1].layout.codec) {
+    // K and V in different codecs: one launch per part (the codec is the
+    // kernel's template argument), queued one after the other.
+    for (int p = 0; p < 2; ++p) {
+      RowBatch part = batch;
+      part.parts[0] = batch.parts[p];
+      part.num_parts = 1;
+      HIQ_RETURN_IF_ERROR(launch_rows(direction, part, shape, max_blocks, stream));
+    }
+    return Status::ok();
+  }
   DeviceBatch b{};
   const CodecKind codec = batch.parts[0].layout.codec;
   size_t per_warp = 16;
   for (int p = 0; p < batch.num_parts; ++p) {
     const PlaneView& v = batch.parts[p];
-    if (v.layout.codec != codec) return invalid_argument("launch_rows: K and V in different codecs");
     b.parts[p] = {v.rows, v.rows_layer_stride, v.records, v.records_layer_stride, device_layout(v.layout)};
     per_warp = std::max(per_warp, scratch_bytes(v.layout, direction));
   }

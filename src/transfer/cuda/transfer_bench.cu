@@ -157,7 +157,7 @@ struct Bench {
   Result<TransferBenchRow> measure(size_t n, std::mt19937_64& rng) {
     const KvGeometry& g = l1.geometry();
     TransferBenchRow row;
-    row.codec = l2.codec();
+    row.codec = l2.codec().k;  // the bench builds single-codec pools
     row.tokens = n;
     row.wire_bytes = n * l2.bytes_per_token();
     row.bf16_bytes = n * g.l1_bytes_per_token();

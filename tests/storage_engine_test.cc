@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <unordered_set>
 
 #include "storage/storage_backend.h"
 #include "storage/storage_engine.h"
@@ -220,6 +221,100 @@ TEST(StorageEngine, DrainWaitsForQueuedAndRunningWork) {
   EXPECT_TRUE(engine.wait_for_completion(0.0));
   EXPECT_EQ(engine.poll().size(), 2u);
   EXPECT_EQ(engine.outstanding(), 0u);
+}
+
+// Sets block until released; reads answer at once.
+class SlowWrites : public StorageBackend {
+ public:
+  std::string_view name() const override { return "slow-writes"; }
+  Result<size_t> exists(std::span<const StorageKey> keys) override {
+    std::lock_guard lock(mutex_);
+    size_t held = 0;
+    while (held < keys.size() && stored_.contains(keys[held])) ++held;
+    return held;
+  }
+  Status read(std::span<const StorageKey> keys, const ValueVisitor& visit) override {
+    for (size_t i = 0; i < keys.size() && visit(i, {}); ++i) {
+    }
+    return Status::ok();
+  }
+  Status set(std::span<const StorageKey> keys, std::span<const std::vector<std::byte>>) override {
+    std::unique_lock lock(mutex_);
+    ++sets_entered_;
+    sets_ += keys.size();
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+    for (const StorageKey& k : keys) stored_.insert(k);
+    return Status::ok();
+  }
+  void hold_sets(bool hold) {
+    std::lock_guard lock(mutex_);
+    open_ = !hold;
+    cv_.notify_all();
+  }
+  void wait_sets_entered(int n) {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return sets_entered_ >= n; });
+  }
+  int sets_entered() {
+    std::lock_guard lock(mutex_);
+    return sets_entered_;
+  }
+  size_t keys_set() {
+    std::lock_guard lock(mutex_);
+    return sets_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  int sets_entered_ = 0;
+  size_t sets_ = 0;
+  std::unordered_set<StorageKey, StorageKeyHash> stored_;
+};
+
+// A probe submitted behind writes to a stalled backend completes while they
+// wait: reads go first, and one worker is always left for them.
+TEST(StorageEngine, ReadsDoNotQueueBehindWrites) {
+  auto backend = std::make_unique<SlowWrites>();
+  SlowWrites& slow = *backend;
+  slow.hold_sets(true);
+  StorageEngine engine(std::move(backend), 2);
+  const StorageFingerprint fp = small_fingerprint();
+  const auto keys = storage_keys(fp, prompt(16, 5));
+  const auto first = engine.submit_set({keys[0]}, encoded_pages(fp, {keys[0]}, kPage, 1));
+  const auto second = engine.submit_set({keys[1]}, encoded_pages(fp, {keys[1]}, kPage, 2));
+  slow.wait_sets_entered(1);
+  const auto probe = engine.wait(engine.submit_exists(keys));  // would hang if it queued behind `second`
+  EXPECT_TRUE(probe.status.is_ok());
+  EXPECT_EQ(slow.sets_entered(), 1) << "two writes ran at once on two workers";
+  slow.hold_sets(false);
+  EXPECT_TRUE(engine.wait(first).status.is_ok());
+  EXPECT_TRUE(engine.wait(second).status.is_ok());
+}
+
+// skip_stored: the run of keys another writer stored is neither gathered nor sent.
+TEST(StorageEngine, SkipStoredWritesOnlyWhatStorageLacks) {
+  for (const int threads : {0, 1}) {
+    auto backend = std::make_unique<SlowWrites>();
+    SlowWrites& slow = *backend;
+    StorageEngine engine(std::move(backend), threads);
+    const StorageFingerprint fp = small_fingerprint();
+    const auto keys = storage_keys(fp, prompt(16, 6));  // 4 blocks
+    ASSERT_TRUE(engine.wait(engine.submit_set({keys[0], keys[1]}, encoded_pages(fp, {keys[0], keys[1]}, kPage, 1)))
+                    .status.is_ok());
+    std::atomic<int> gathered = 0;
+    const auto done = engine.wait(engine.submit_set(
+        keys, fp, kPage, [&](size_t i, std::span<std::byte>) { gathered += static_cast<int>(i) + 1; },
+        /*skip_stored=*/true));
+    ASSERT_TRUE(done.status.is_ok());
+    EXPECT_EQ(done.hits, 4u);
+    EXPECT_EQ(gathered.load(), 3 + 4) << "only pages 2 and 3 were gathered";
+    EXPECT_EQ(slow.keys_set(), 2u + 2u);
+    EXPECT_EQ(engine.stats().set_skipped_blocks, 2u);
+    EXPECT_EQ(engine.stats().set_blocks, 2u + 4u);
+  }
 }
 
 TEST(StorageEngine, MismatchedSetAndUnknownTicketsAreRefused) {

@@ -392,7 +392,9 @@ void StorageTier::on_backed_up(std::span<const TokenId> tokens, std::span<const 
                                          size_t b, std::span<std::byte> payload) {
     planes.gather(std::span<const SlotId>(slots).subspan(b * block, block), payload);
   };
-  const StorageEngine::Ticket ticket = engine_->submit_set(write.keys, fingerprint_, payload_bytes(), std::move(source));
+  // Another server sharing the storage may have written them: skip_stored.
+  const StorageEngine::Ticket ticket =
+      engine_->submit_set(write.keys, fingerprint_, payload_bytes(), std::move(source), /*skip_stored=*/true);
   pending_.emplace(ticket, std::move(write));
 }
 
@@ -425,7 +427,7 @@ void StorageTier::on_l2_evicted(std::span<const TokenId> tokens, std::span<const
     write_back_staged_ += bytes;
   }
   if (write.keys.empty()) return;
-  const StorageEngine::Ticket ticket = engine_->submit_set(write.keys, std::move(values));
+  const StorageEngine::Ticket ticket = engine_->submit_set(write.keys, std::move(values), /*skip_stored=*/true);
   pending_.emplace(ticket, std::move(write));
 }
 

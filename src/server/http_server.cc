@@ -136,6 +136,7 @@ struct HttpServer::Impl {
     storage_blocks = *registry.counter("hiq:storage_blocks_total",
                                        "Blocks of KV written to storage (L3) and fetched from it, by op (written, "
                                        "written_at_eviction: write_back's share of written, skipped_at_eviction, "
+                                       "already_stored: of written, found stored by another server and not sent, "
                                        "fetched)",
                                        {"op"});
     storage_bytes = *registry.counter("hiq:storage_bytes_total", "Bytes written to and read from storage (L3)",
@@ -185,6 +186,7 @@ struct HttpServer::Impl {
     sync(storage_blocks->with({"written"}), static_cast<double>(st.written_blocks));
     sync(storage_blocks->with({"written_at_eviction"}), static_cast<double>(st.write_back_blocks));
     sync(storage_blocks->with({"skipped_at_eviction"}), static_cast<double>(st.write_back_skipped_blocks));
+    sync(storage_blocks->with({"already_stored"}), static_cast<double>(st.io.set_skipped_blocks));
     sync(storage_blocks->with({"fetched"}), static_cast<double>(st.fetched_blocks));
     sync(storage_bytes->with({"write"}), static_cast<double>(st.io.bytes_written));
     sync(storage_bytes->with({"read"}), static_cast<double>(st.io.bytes_read));

@@ -11,6 +11,7 @@ namespace hiq {
 StorageEngine::StorageEngine(std::unique_ptr<StorageBackend> backend, int threads) : backend_(std::move(backend)) {
   HIQ_CHECK_MSG(backend_ != nullptr, "StorageEngine needs a backend");
   HIQ_CHECK_MSG(threads >= 0, "StorageEngine: a negative thread count");
+  max_running_writes_ = threads > 1 ? static_cast<size_t>(threads - 1) : 1;
   workers_.reserve(static_cast<size_t>(threads));
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
 }
@@ -19,7 +20,8 @@ StorageEngine::~StorageEngine() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    queue_.clear();
+    reads_.clear();
+    writes_.clear();
   }
   work_ready_.notify_all();
   for (std::thread& worker : workers_) worker.join();
@@ -44,22 +46,24 @@ StorageEngine::Ticket StorageEngine::submit_get(std::vector<StorageKey> keys, St
 }
 
 StorageEngine::Ticket StorageEngine::submit_set(std::vector<StorageKey> keys, StorageFingerprint fp,
-                                                size_t payload_bytes, PageSource source) {
+                                                size_t payload_bytes, PageSource source, bool skip_stored) {
   Operation operation;
   operation.op = StorageOp::kSet;
   operation.keys = std::move(keys);
   operation.fp = std::move(fp);
   operation.payload_bytes = payload_bytes;
   operation.source = std::move(source);
+  operation.skip_stored = skip_stored;
   return submit(std::move(operation));
 }
 
 StorageEngine::Ticket StorageEngine::submit_set(std::vector<StorageKey> keys,
-                                                std::vector<std::vector<std::byte>> values) {
+                                                std::vector<std::vector<std::byte>> values, bool skip_stored) {
   Operation operation;
   operation.op = StorageOp::kSet;
   operation.keys = std::move(keys);
   operation.values = std::move(values);
+  operation.skip_stored = skip_stored;
   return submit(std::move(operation));
 }
 
@@ -70,7 +74,7 @@ StorageEngine::Ticket StorageEngine::submit(Operation operation) {
     ticket = next_ticket_++;
     operation.ticket = ticket;
     outstanding_.insert(ticket);
-    if (!workers_.empty()) queue_.push_back(std::move(operation));
+    if (!workers_.empty()) (operation.op == StorageOp::kSet ? writes_ : reads_).push_back(std::move(operation));
   }
   if (workers_.empty()) {  // inline
     Completion completion = run(operation);
@@ -121,7 +125,7 @@ bool StorageEngine::wait_for_completion(double seconds) {
 
 void StorageEngine::drain() {
   std::unique_lock lock(mutex_);
-  finished_.wait(lock, [&] { return queue_.empty() && running_ == 0; });
+  finished_.wait(lock, [&] { return reads_.empty() && writes_.empty() && running_ == 0; });
 }
 
 size_t StorageEngine::outstanding() const {
@@ -139,19 +143,24 @@ void StorageEngine::work() {
     Operation operation;
     {
       std::unique_lock lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      const auto write_may_start = [&] { return !writes_.empty() && running_writes_ < max_running_writes_; };
+      work_ready_.wait(lock, [&] { return stopping_ || !reads_.empty() || write_may_start(); });
       if (stopping_) return;
-      operation = std::move(queue_.front());
-      queue_.pop_front();
+      std::deque<Operation>& queue = !reads_.empty() ? reads_ : writes_;
+      operation = std::move(queue.front());
+      queue.pop_front();
       ++running_;
+      if (operation.op == StorageOp::kSet) ++running_writes_;
     }
     Completion completion = run(operation);
     {
       std::lock_guard lock(mutex_);
       --running_;
+      if (operation.op == StorageOp::kSet) --running_writes_;
       done_.push_back(std::move(completion));
     }
     finished_.notify_all();
+    work_ready_.notify_all();  // a write may start now that one finished
   }
 }
 
@@ -162,7 +171,7 @@ StorageEngine::Completion StorageEngine::run(Operation& operation) {
   c.ticket = operation.ticket;
   c.op = operation.op;
   const size_t keys = operation.keys.size();
-  uint64_t bytes = 0, corrupt = 0;
+  uint64_t bytes = 0, corrupt = 0, skipped = 0;
 
   switch (operation.op) {
     case StorageOp::kExists: {
@@ -202,9 +211,15 @@ StorageEngine::Completion StorageEngine::run(Operation& operation) {
       break;
     }
     case StorageOp::kSet: {
+      size_t stored = 0;  // the run of keys from the first that storage holds already
+      if (operation.skip_stored) {
+        auto held = backend_->exists(operation.keys);
+        if (held.is_ok()) stored = std::min(*held, keys);  // on an error, write them all
+      }
+      skipped = stored;
       if (operation.source) {  // the pages are gathered here, straight into their values
         operation.values.resize(keys);
-        for (size_t i = 0; i < keys; ++i) {
+        for (size_t i = stored; i < keys; ++i) {
           std::vector<std::byte>& value = operation.values[i];
           value.resize(kStorageHeaderBytes + operation.payload_bytes);
           operation.source(i, std::span<std::byte>(value).subspan(kStorageHeaderBytes));
@@ -216,8 +231,9 @@ StorageEngine::Completion StorageEngine::run(Operation& operation) {
                                     std::to_string(operation.values.size()) + " values");
         break;
       }
-      for (const auto& value : operation.values) bytes += value.size();
-      c.status = backend_->set(operation.keys, operation.values);
+      const auto to_write = std::span<const std::vector<std::byte>>(operation.values).subspan(stored);
+      for (const auto& value : to_write) bytes += value.size();
+      if (!to_write.empty()) c.status = backend_->set(std::span(operation.keys).subspan(stored), to_write);
       if (c.status.is_ok()) c.hits = keys;
       break;
     }
@@ -248,6 +264,7 @@ StorageEngine::Completion StorageEngine::run(Operation& operation) {
       ++s.set_calls;
       s.set_errors += failed;
       s.set_blocks += c.hits;
+      if (c.status.is_ok()) s.set_skipped_blocks += skipped;
       if (c.status.is_ok()) s.bytes_written += bytes;
       s.set_seconds += seconds;
       break;

@@ -28,7 +28,14 @@
 //
 // Failures never reach the KV a request uses: a failed operation (backend
 // down, disk full) completes with its Status and no hits, and is counted; the
-// caller recomputes. With no threads the engine runs each operation inline,
+// caller recomputes.
+//
+// Reads go first. A request waits in the queue for its probe and fetch,
+// while writes only keep storage warm: workers take exists and get before
+// any set, and with two or more workers at most all but one run sets, so a
+// read never queues behind a backlog of writes to a slow backend.
+//
+// With no threads the engine runs each operation inline,
 // in submit (simulations and tests, which must be deterministic). Destroying
 // the engine drops queued operations (they are never reported, and their
 // sinks and sources never run) and waits for running ones; drain() first to
@@ -57,6 +64,7 @@ struct StorageStats {
   uint64_t exists_calls = 0, exists_hit_blocks = 0, exists_miss_blocks = 0;  // miss: keys after the run of hits
   uint64_t get_calls = 0, hit_blocks = 0, miss_blocks = 0;                   // pages returned / not returned by gets
   uint64_t set_calls = 0, set_blocks = 0;                                    // set_blocks: pages stored
+  uint64_t set_skipped_blocks = 0;  // of set_blocks, held already and not written again (skip_stored)
   uint64_t bytes_read = 0, bytes_written = 0;     // values (headers included) from and to the backend
   double exists_seconds = 0, get_seconds = 0, set_seconds = 0;  // on the workers, summed
   uint64_t exists_errors = 0, get_errors = 0, set_errors = 0;  // operations that failed (backend down, disk full, I/O error)
@@ -93,10 +101,14 @@ class StorageEngine {
   // Stores a page under each key: `source` fills its `payload_bytes`, and the
   // engine writes the header (storage_value.h) around it. hits: the pages
   // stored (all or, on error, 0 — some may have been stored all the same).
-  Ticket submit_set(std::vector<StorageKey> keys, StorageFingerprint fp, size_t payload_bytes, PageSource source);
+  // With `skip_stored`, the run of keys from the first that storage already
+  // holds (another server wrote them) is neither gathered nor written; they
+  // count as stored (and in `set_skipped_blocks`).
+  Ticket submit_set(std::vector<StorageKey> keys, StorageFingerprint fp, size_t payload_bytes, PageSource source,
+                    bool skip_stored = false);
   // Stores values[i], a whole value (encode_value's or seal_value's output),
-  // under keys[i].
-  Ticket submit_set(std::vector<StorageKey> keys, std::vector<std::vector<std::byte>> values);
+  // under keys[i]; `skip_stored` as above.
+  Ticket submit_set(std::vector<StorageKey> keys, std::vector<std::vector<std::byte>> values, bool skip_stored = false);
 
   struct Completion {
     Ticket ticket = 0;
@@ -131,6 +143,7 @@ class StorageEngine {
     std::vector<std::vector<std::byte>> values;
     PageSink sink;
     PageSource source;
+    bool skip_stored = false;
   };
 
   Ticket submit(Operation operation);
@@ -143,10 +156,12 @@ class StorageEngine {
   std::condition_variable work_ready_, finished_;
   bool stopping_ = false;
   Ticket next_ticket_ = 1;
-  std::deque<Operation> queue_;
+  std::deque<Operation> reads_, writes_;  // queued: exists and get / set
   std::deque<Completion> done_;
   std::unordered_set<Ticket> outstanding_;  // submitted, not yet collected
   size_t running_ = 0;                      // taken by a worker, not yet finished
+  size_t running_writes_ = 0;               // of those, sets
+  size_t max_running_writes_ = 1;           // all workers but one (at least one)
   StorageStats stats_;
 
   std::vector<std::thread> workers_;  // last: started after everything they use

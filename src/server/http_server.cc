@@ -81,6 +81,7 @@ struct HttpServer::Impl {
   Family<Counter>* cached_tokens = nullptr;
   Family<Counter>* load_back_tokens = nullptr;
   Family<Counter>* backup_tokens = nullptr;
+  Family<Counter>* backup_skipped_tokens = nullptr;
   Family<Counter>* evicted_tokens = nullptr;
   Family<Counter>* transfer_bytes = nullptr;
   Family<Counter>* transfer_seconds = nullptr;
@@ -126,6 +127,8 @@ struct HttpServer::Impl {
                                       {"tier"});
     load_back_tokens = *registry.counter("hiq:load_back_tokens_total", "Tokens restored from L2 into L1");
     backup_tokens = *registry.counter("hiq:backup_tokens_total", "Tokens backed up from L1 to L2");
+    backup_skipped_tokens = *registry.counter("hiq:backup_skipped_tokens_total",
+                                              "Tokens not backed up to L2: no room even after L2 eviction");
     evicted_tokens = *registry.counter("hiq:evicted_tokens_total", "Tokens evicted, by tier", {"tier"});
     transfer_bytes = *registry.counter("hiq:transfer_bytes_total",
                                        "Encoded bytes moved between L1 and L2, by direction (load_back, backup)",
@@ -199,6 +202,7 @@ struct HttpServer::Impl {
     sync(storage_seconds->with({"set"}), st.io.set_seconds);
     sync(load_back_tokens->get(), static_cast<double>(s.cache.load_back_tokens));
     sync(backup_tokens->get(), static_cast<double>(s.cache.backup_tokens));
+    sync(backup_skipped_tokens->get(), static_cast<double>(s.cache.backup_skipped_tokens));
     sync(evicted_tokens->with({"device"}),
          static_cast<double>(s.cache.l1_evicted_to_host_tokens + s.cache.l1_dropped_tokens));
     sync(evicted_tokens->with({"host"}), static_cast<double>(s.cache.l2_evicted_tokens));

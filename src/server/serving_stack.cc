@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/log.h"
 #include "core/parallel.h"
 #include "engine/cpu_model_runner.h"
 #include "kv/geometry.h"
@@ -126,6 +127,12 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
   CudaTransferEngine* cuda_transfer = nullptr;
   if (c.hicache) {
     HIQ_ASSIGN_OR_RETURN(s->l2_, HostKvPool::create(geometry, c.host, slots));
+    if (s->l2_->capacity_tokens() < slots)
+      log(LogLevel::kWarning, "serve",
+          "the host tier holds " + std::to_string(s->l2_->capacity_tokens()) + " tokens, fewer than L1's " +
+              std::to_string(slots) + ": once L2 is full of KV that L1 also holds, backups are skipped "
+              "(hiq:backup_skipped_tokens_total) and that KV never reaches L2 or storage; give L2 at least L1's "
+              "tokens (--hicache-ratio ≥ 1)");
     TransferEngineOptions options;
     options.workers = c.transfer_workers;
     if (cuda) {

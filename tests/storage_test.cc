@@ -437,3 +437,27 @@ TEST(StorageOptions, MakesTheNamedBackend) {
 
 }  // namespace
 }  // namespace hiq
+
+namespace hiq {
+namespace {
+
+// Block sizes by backend: files take 64 tokens; Redis values stay at or under
+// 1.25 MiB (Qwen3-8B: bf16 147,456 B/token, int8 74,880, int4h 41,472).
+TEST(StorageBlockTokens, DefaultsFollowTheBackendAndTheValueSize) {
+  EXPECT_EQ(default_storage_block_tokens(StorageBackendKind::kFile, 74880, 1), 64);
+  EXPECT_EQ(default_storage_block_tokens(StorageBackendKind::kFile, 74880, 16), 64);
+  EXPECT_EQ(default_storage_block_tokens(StorageBackendKind::kFile, 74880, 128), 128);  // one page at least
+  EXPECT_EQ(default_storage_block_tokens(StorageBackendKind::kRedis, 147456, 1), 8);    // 1.18 MB
+  EXPECT_EQ(default_storage_block_tokens(StorageBackendKind::kRedis, 74880, 1), 16);    // 1.20 MB
+  EXPECT_EQ(default_storage_block_tokens(StorageBackendKind::kRedis, 41472, 1), 16);    // 0.66 MB; 32 would be 1.33
+  EXPECT_EQ(default_storage_block_tokens(StorageBackendKind::kRedis, 74880, 32), 32);   // a page is the least
+  EXPECT_EQ(default_storage_block_tokens(StorageBackendKind::kRedis, 100, 1), 1024);    // tiny models: capped
+  for (size_t bytes : {size_t{1000}, size_t{41472}, size_t{74880}, size_t{147456}}) {
+    const int b = default_storage_block_tokens(StorageBackendKind::kRedis, bytes, 1);
+    EXPECT_LE(static_cast<size_t>(b) * bytes + kStorageHeaderBytes, kRedisValueTargetBytes) << bytes;
+    EXPECT_EQ(b & (b - 1), 0) << "a power of two";
+  }
+}
+
+}  // namespace
+}  // namespace hiq

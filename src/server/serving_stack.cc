@@ -7,12 +7,14 @@
 
 #include "core/log.h"
 #include "core/parallel.h"
+#include "core/units.h"
 #include "engine/cpu_model_runner.h"
 #include "kv/geometry.h"
 #include "engine/cuda_model_runner.h"
 #include "memory/cuda_device_kv_pool.h"
 #include "model/cuda_model.h"
 #include "model/loaded_model.h"
+#include "storage/storage_value.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "transfer/cuda_transfer_engine.h"
@@ -52,8 +54,8 @@ Status ServeConfig::validate() const {
   HIQ_RETURN_IF_ERROR(cuda.validate());
   if (storage.backend != StorageBackendKind::kNone) {
     if (!hicache) return invalid_argument("storage needs the host tier: its blocks are L2 records");
-    if (storage_block_tokens < 1 || storage_block_tokens % page_size != 0)
-      return invalid_argument("storage_block_tokens must be a positive multiple of page_size (" +
+    if (storage_block_tokens < 0 || storage_block_tokens % page_size != 0)
+      return invalid_argument("storage_block_tokens must be 0 (by backend) or a positive multiple of page_size (" +
                               std::to_string(page_size) + "), got " + std::to_string(storage_block_tokens));
     HIQ_RETURN_IF_ERROR(storage.validate().with_context("storage"));
   }
@@ -152,11 +154,20 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
     }
     StorageTierOptions options;
     options.storage = c.storage;
+    const int block_tokens = c.storage_block_tokens > 0
+                                 ? c.storage_block_tokens
+                                 : default_storage_block_tokens(c.storage.backend, s->l2_->bytes_per_token(),
+                                                                c.page_size);
     HIQ_ASSIGN_OR_RETURN(s->storage_,
                          StorageTier::create(*s->cache_, *s->l2_, std::move(backend),
                                              make_storage_fingerprint(geometry, c.host.codec, c.host.record_align,
-                                                                      c.storage_block_tokens, identity),
+                                                                      block_tokens, identity),
                                              options));
+    log(LogLevel::kInfo, "serve",
+        "storage: " + std::string(storage_backend_name(c.storage.backend)) + ", blocks of " +
+            std::to_string(block_tokens) + " tokens (" +
+            format_bytes(static_cast<uint64_t>(block_tokens) * s->l2_->bytes_per_token() + kStorageHeaderBytes) +
+            " values), " + s->storage_->fingerprint().describe());
   }
   if (cuda) s->runner_ = std::make_unique<CudaModelRunner>(*s->model_->cuda_model(), *s->l1_, cuda_transfer);
   else s->runner_ = std::make_unique<CpuModelRunner>(m.shape(), m.weights(), *s->l1_, s->transfer_.get());

@@ -43,7 +43,8 @@ struct ServeConfig {
   int cpu_threads = 0;              // --cpu-threads: the CPU forward pass's threads (process-wide); 0: every core
   CudaModelOptions cuda;            // --device cuda: --disable-cuda-graph, --cuda-graph-max-bs
   StorageOptions storage;           // --hicache-storage-backend, -backend-extra-config, -prefetch-policy
-  int storage_block_tokens = 64;    // --hicache-storage-block-tokens: tokens per stored block, whole pages
+  int storage_block_tokens = 0;     // --hicache-storage-block-tokens: tokens per stored block, whole pages;
+                                    // 0: default_storage_block_tokens() of the backend and the L2 codec
   std::string model_fingerprint;    // --model-fingerprint; empty: model_identity() of the directory
   std::string served_model_name;    // --served-model-name; empty: the directory's name
   std::string chat_template_file;   // --chat-template: a Jinja file (or a JSON with "chat_template"); empty: the model's

@@ -7,6 +7,7 @@
 
 #include "core/json_input.h"
 #include "core/units.h"
+#include "storage/storage_value.h"
 
 namespace hiq {
 
@@ -220,6 +221,14 @@ Result<std::unique_ptr<StorageBackend>> make_storage_backend(const StorageOption
     case StorageBackendKind::kRedis: return make_redis_backend(options.redis);
   }
   return internal_error("make_storage_backend: unknown backend kind");
+}
+
+int default_storage_block_tokens(StorageBackendKind backend, size_t bytes_per_token, int page_size) {
+  const auto page = static_cast<size_t>(std::max(page_size, 1));
+  if (backend != StorageBackendKind::kRedis) return static_cast<int>(std::max<size_t>(page, 64 / page * page));
+  size_t block = page;
+  while (block * 2 <= 1024 && (block * 2) * bytes_per_token + kStorageHeaderBytes <= kRedisValueTargetBytes) block *= 2;
+  return static_cast<int>(block);
 }
 
 }  // namespace hiq

@@ -74,6 +74,15 @@ struct StorageOptions {
 Result<StorageOptions> parse_storage_options(std::string_view backend, std::string_view extra_config_json,
                                              std::string_view prefetch_policy);
 
+// The tokens of a stored block when none are given: a whole number of
+// `page_size` pages, a power of two times page_size. file: 64 tokens (rates
+// are flat from 16 to 128, and fewer files cost fewer opens). redis: the
+// largest such block whose value is at most kRedisValueTargetBytes, since
+// Redis and hiredis read large values markedly slower (loopback, int8 pages:
+// 2.2 GB/s at 1.2 MB, 1.7 at 2.4 MB, 0.8 at 4.8 MB; docs/benchmarks.md).
+inline constexpr size_t kRedisValueTargetBytes = size_t{5} << 18;  // 1.25 MiB
+int default_storage_block_tokens(StorageBackendKind backend, size_t bytes_per_token, int page_size);
+
 // The backend `options` name; null for kNone. Errors: invalid options, a
 // file directory that cannot be created or read.
 Result<std::unique_ptr<StorageBackend>> make_storage_backend(const StorageOptions& options);

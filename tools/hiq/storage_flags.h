@@ -16,7 +16,7 @@ struct StorageFlags {
   std::string backend = "none";            // --hicache-storage-backend
   std::string extra_config;                // --hicache-storage-backend-extra-config
   std::string prefetch_policy = "best_effort";  // --hicache-storage-prefetch-policy
-  int block_tokens = 64;                   // --hicache-storage-block-tokens
+  int block_tokens = 0;                    // --hicache-storage-block-tokens; 0: by backend
   std::string model_fingerprint;           // --model-fingerprint
 };
 
@@ -31,7 +31,8 @@ inline void add_storage_flags(CLI::App* app, StorageFlags& flags) {
                   "How long a queued request waits for its L3 prefetch: best_effort, wait_complete or timeout")
       ->capture_default_str();
   app->add_option("--hicache-storage-block-tokens", f->block_tokens,
-                  "Tokens per stored block (whole pages)")
+                  "Tokens per stored block, whole pages (0: by backend: file 64; redis the largest power of two whose "
+                  "value is at most 1.25 MiB)")
       ->capture_default_str();
   app->add_option("--model-fingerprint", f->model_fingerprint,
                   "The model's identity in L3 keys (default: a hash of config.json and the weights)");

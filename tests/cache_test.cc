@@ -51,11 +51,12 @@ void expected_row(uint64_t hash, int layer, KvPart part, std::span<uint16_t> row
 
 struct Harness {
   explicit Harness(KvCodecs codec, int page_size, size_t l1_slots, size_t l2_slots, RadixCacheOptions options,
-                   int workers = 2)
+                   int workers = 2, RecordOrder order = RecordOrder::kLayerMajor)
       : geometry(tiny_geometry(page_size)) {
     l1 = *make_host_memory_device_pool(geometry, l1_slots);
     HostKvPoolOptions ho;
     ho.codec = codec;
+    ho.record_order = order;
     ho.ratio = static_cast<double>(l2_slots) / static_cast<double>(l1_slots);
     l2 = *HostKvPool::create(geometry, ho, l1_slots);
     TransferEngineOptions eo;
@@ -307,6 +308,7 @@ struct RandomCase {
   WritePolicy policy;
   EvictionPolicy eviction;
   bool storage = false;  // a third tier: written through, prefetched from at random
+  RecordOrder order = RecordOrder::kLayerMajor;
 };
 
 // A storage tier over `backend` for a harness's cache (synchronous: deterministic).
@@ -339,7 +341,7 @@ TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
   o.write_policy = c.policy;
   o.eviction = c.eviction;
   o.write_through_threshold = 2;
-  Harness h(c.codec, c.page_size, /*l1_slots=*/96, /*l2_slots=*/160, o, /*workers=*/2);
+  Harness h(c.codec, c.page_size, /*l1_slots=*/96, /*l2_slots=*/160, o, /*workers=*/2, c.order);
   std::unique_ptr<StorageBackend> backend;
   std::unique_ptr<StorageTier> tier;
   if (c.storage) {
@@ -410,13 +412,16 @@ INSTANTIATE_TEST_SUITE_P(
                       RandomCase{CodecKind::kInt4H, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru, true},
                       RandomCase{CodecKind::kFp8, 1, WritePolicy::kWriteThroughSelective, EvictionPolicy::kLfu, true},
                       RandomCase{KvCodecs(CodecKind::kInt8, CodecKind::kInt4H), 2, WritePolicy::kWriteThrough,
-                                 EvictionPolicy::kLru, true}),
+                                 EvictionPolicy::kLru, true},
+                      RandomCase{KvCodecs(CodecKind::kInt8, CodecKind::kInt4H), 1, WritePolicy::kWriteBack,
+                                 EvictionPolicy::kLru, true, RecordOrder::kTokenMajor}),
     [](const auto& p) {
       std::string codec = p.param.codec.name();  // "k=int8,v=int4h" → "k_int8_v_int4h"
       std::replace_if(codec.begin(), codec.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
       return codec + "_page" + std::to_string(p.param.page_size) + "_" +
              std::string(write_policy_name(p.param.policy)) +
-             (p.param.eviction == EvictionPolicy::kLfu ? "_lfu" : "_lru") + (p.param.storage ? "_storage" : "");
+             (p.param.eviction == EvictionPolicy::kLfu ? "_lfu" : "_lru") + (p.param.storage ? "_storage" : "") +
+             (p.param.order == RecordOrder::kTokenMajor ? "_token_major" : "");
     });
 
 TEST(RadixCache, InsertHostAddsHostOnlyKvBelowACachedPathAndFreesWhatItHolds) {

@@ -51,13 +51,15 @@ struct Tiers {
 };
 
 Tiers make_tiers(const KvGeometry& g, KvCodecs codec, size_t l1_slots, size_t l2_slots,
-                 TransferEngineOptions options = {}, size_t align = kDefaultRecordAlign) {
+                 TransferEngineOptions options = {}, size_t align = kDefaultRecordAlign,
+                 RecordOrder order = RecordOrder::kLayerMajor) {
   Tiers t;
   auto l1 = make_cuda_device_kv_pool(g, l1_slots);
   EXPECT_TRUE(l1.is_ok()) << l1.status().to_string();
   HostKvPoolOptions o;
   o.codec = codec;
   o.record_align = align;
+  o.record_order = order;
   o.ratio = static_cast<double>(l2_slots) / static_cast<double>(l1_slots);
   auto l2 = HostKvPool::create(g, o, l1_slots);
   EXPECT_TRUE(l2.is_ok()) << l2.status().to_string();
@@ -205,6 +207,7 @@ struct EngineCase {
   KvCodecs codec;
   bool odd_shape;
   size_t align;
+  RecordOrder order = RecordOrder::kLayerMajor;
 };
 
 class GpuEngineRoundTrip : public ::testing::TestWithParam<EngineCase> {
@@ -215,9 +218,9 @@ class GpuEngineRoundTrip : public ::testing::TestWithParam<EngineCase> {
 };
 
 TEST_P(GpuEngineRoundTrip, BackupWritesTheCpuRecordsAndLoadLandsTheirRoundTripInTheRightSlots) {
-  const auto [codec, odd, align] = GetParam();
+  const auto [codec, odd, align, order] = GetParam();
   const KvGeometry g = odd ? odd_geometry() : small_geometry();
-  Tiers t = make_tiers(g, codec, 256, 1024, {}, align);
+  Tiers t = make_tiers(g, codec, 256, 1024, {}, align, order);
   std::mt19937 rng(7);
   std::vector<SlotId> l2_all = iota_slots(1024);
   std::shuffle(l2_all.begin(), l2_all.end(), rng);
@@ -270,6 +273,9 @@ std::vector<EngineCase> engine_cases() {
   // Keys and values in different codecs: one kernel launch per part.
   out.push_back({KvCodecs(CodecKind::kInt8, CodecKind::kInt4H), false, 16});
   out.push_back({KvCodecs(CodecKind::kBf16, CodecKind::kFp8), true, 1});
+  // Token-major records (a token's bytes together), as a region shared by codecs needs.
+  out.push_back({KvCodecs(CodecKind::kInt8, CodecKind::kInt4H), false, 16, RecordOrder::kTokenMajor});
+  out.push_back({CodecKind::kInt4, true, 1, RecordOrder::kTokenMajor});
   return out;
 }
 
@@ -277,8 +283,8 @@ std::string describe_engine_case(const ::testing::TestParamInfo<EngineCase>& p) 
   const KvCodecs c = p.param.codec;
   const std::string codec = c.split() ? "k_" + std::string(codec_name(c.k)) + "_v_" + std::string(codec_name(c.v))
                                       : std::string(codec_name(c.k));
-  return codec + (p.param.odd_shape ? "_odd" : "") + "_align" +
-         std::to_string(p.param.align);
+  return codec + (p.param.odd_shape ? "_odd" : "") + "_align" + std::to_string(p.param.align) +
+         (p.param.order == RecordOrder::kTokenMajor ? "_token_major" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCodecs, GpuEngineRoundTrip, ::testing::ValuesIn(engine_cases()), describe_engine_case);

@@ -304,6 +304,32 @@ TEST(HostKvPool, KeysAndValuesMayHaveTheirOwnCodec) {
   EXPECT_EQ((*pool)->reserved_bytes(), (*pool)->capacity_tokens() * (*pool)->bytes_per_token());
 }
 
+// Token-major: a slot's records are one contiguous run of bytes_per_token,
+// slot after slot, whatever the parts' codecs; record() and the strides agree.
+TEST(HostKvPool, TokenMajorKeepsATokensRecordsTogether) {
+  const KvGeometry g = preset("qwen3-8b");
+  HostKvPoolOptions o;
+  o.size_bytes = 16'000'000;
+  o.codec = KvCodecs(CodecKind::kInt8, CodecKind::kInt4H);
+  o.record_order = RecordOrder::kTokenMajor;
+  auto pool = HostKvPool::create(g, o, 1000);
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  HostKvPool& p = **pool;
+  EXPECT_EQ(p.record_stride(KvPart::kK), p.bytes_per_token());
+  EXPECT_EQ(p.record_stride(KvPart::kV), p.bytes_per_token());
+  const std::byte* base = p.plane(0, KvPart::kK);
+  for (SlotId slot : {SlotId{0}, SlotId{1}, static_cast<SlotId>(p.capacity_tokens() - 1)}) {
+    size_t offset = slot * p.bytes_per_token();
+    for (int layer = 0; layer < g.num_layers; ++layer)
+      for (KvPart part : {KvPart::kK, KvPart::kV}) {
+        ASSERT_EQ(p.record(layer, part, slot) - base, static_cast<std::ptrdiff_t>(offset)) << slot << " " << layer;
+        offset += p.layout(part).record_bytes;
+      }
+    EXPECT_EQ(offset, (slot + 1) * p.bytes_per_token());
+  }
+  EXPECT_EQ(p.reserved_bytes(), p.capacity_tokens() * p.bytes_per_token());
+}
+
 TEST(HostKvPool, RatioOfL1TokensInWholePages) {
   HostKvPoolOptions o;
   o.codec = CodecKind::kInt4;

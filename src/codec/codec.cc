@@ -191,28 +191,33 @@ void decode_rows(const RecordLayout& layout, const std::byte* src, size_t num_ro
 
 void encode_rows_indexed(const RecordLayout& layout, const uint16_t* src_plane, std::span<const uint32_t> src_rows,
                          std::byte* dst_plane, std::span<const uint32_t> dst_records, CodecStats* stats,
-                         CodecImpl impl) {
+                         CodecImpl impl, size_t record_stride) {
   HIQ_CHECK_MSG(layout.is_valid(), "encode_rows_indexed: record layout not built by RecordLayout::make");
   HIQ_CHECK(src_rows.size() == dst_records.size());
   const DefaultFloatEnvironment float_environment;
   const auto encode = kernels_for(layout, impl).encode[codec_detail::codec_index(layout.codec)];
   const size_t row = layout.shape.elements();
+  const size_t stride = record_stride != 0 ? record_stride : layout.record_bytes;
+  HIQ_CHECK(stride >= layout.record_bytes);
   CodecStats local;
   for (size_t i = 0; i < src_rows.size(); ++i)
-    encode(layout, src_plane + src_rows[i] * row, dst_plane + dst_records[i] * layout.record_bytes, local);
+    encode(layout, src_plane + src_rows[i] * row, dst_plane + dst_records[i] * stride, local);
   local.rows += src_rows.size();
   if (stats) *stats += local;
 }
 
 void decode_rows_indexed(const RecordLayout& layout, const std::byte* src_plane, std::span<const uint32_t> src_records,
-                         uint16_t* dst_plane, std::span<const uint32_t> dst_rows, CodecImpl impl) {
+                         uint16_t* dst_plane, std::span<const uint32_t> dst_rows, CodecImpl impl,
+                         size_t record_stride) {
   HIQ_CHECK_MSG(layout.is_valid(), "decode_rows_indexed: record layout not built by RecordLayout::make");
   HIQ_CHECK(src_records.size() == dst_rows.size());
   const DefaultFloatEnvironment float_environment;
   const auto decode = kernels_for(layout, impl).decode[codec_detail::codec_index(layout.codec)];
   const size_t row = layout.shape.elements();
+  const size_t stride = record_stride != 0 ? record_stride : layout.record_bytes;
+  HIQ_CHECK(stride >= layout.record_bytes);
   for (size_t i = 0; i < src_records.size(); ++i)
-    decode(layout, src_plane + src_records[i] * layout.record_bytes, dst_plane + dst_rows[i] * row);
+    decode(layout, src_plane + src_records[i] * stride, dst_plane + dst_rows[i] * row);
 }
 
 namespace codec_detail {

@@ -180,12 +180,14 @@ void decode_rows(const RecordLayout& layout, const std::byte* src, size_t num_ro
 
 // Gather/scatter forms for the transfer engine: row `src_rows[i]` of a plane of
 // contiguous rows (`shape.elements()` each) is encoded into record
-// `dst_records[i]` of a plane of contiguous records, and back. The spans must
-// have equal lengths.
+// `dst_records[i]` of a plane of records `record_stride` bytes apart (0: the
+// record size, contiguous records), and back. The spans must have equal
+// lengths.
 void encode_rows_indexed(const RecordLayout& layout, const uint16_t* src_plane, std::span<const uint32_t> src_rows,
                          std::byte* dst_plane, std::span<const uint32_t> dst_records, CodecStats* stats = nullptr,
-                         CodecImpl impl = CodecImpl::kAuto);
+                         CodecImpl impl = CodecImpl::kAuto, size_t record_stride = 0);
 void decode_rows_indexed(const RecordLayout& layout, const std::byte* src_plane, std::span<const uint32_t> src_records,
-                         uint16_t* dst_plane, std::span<const uint32_t> dst_rows, CodecImpl impl = CodecImpl::kAuto);
+                         uint16_t* dst_plane, std::span<const uint32_t> dst_rows, CodecImpl impl = CodecImpl::kAuto,
+                         size_t record_stride = 0);
 
 }  // namespace hiq

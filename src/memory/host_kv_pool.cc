@@ -10,13 +10,14 @@
 namespace hiq {
 
 HostKvPool::HostKvPool(const KvGeometry& geometry, KvCodecs codec, RecordLayout k, RecordLayout v, size_t capacity,
-                       MappedRegion memory)
+                       RecordOrder order, MappedRegion memory)
     : geometry_(geometry),
       codec_(codec),
       k_layout_(k),
       v_layout_(v),
       capacity_tokens_(capacity),
       bytes_per_token_((k.record_bytes + v.record_bytes) * static_cast<size_t>(geometry.num_layers)),
+      order_(order),
       memory_(std::move(memory)),
       allocator_(capacity) {}
 
@@ -61,12 +62,15 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
     return out_of_range("the host tier would hold " + format_count(tokens) + " tokens, more than 2^32-1 slots");
 
   HIQ_ASSIGN_OR_RETURN(MappedRegion memory, MappedRegion::reserve(tokens * bytes_per_token, options.populate));
-  return std::unique_ptr<HostKvPool>(new HostKvPool(geometry, options.codec, k, v, tokens, std::move(memory)));
+  return std::unique_ptr<HostKvPool>(new HostKvPool(geometry, options.codec, k, v, tokens, options.record_order, std::move(memory)));
 }
 
 std::byte* HostKvPool::plane(int layer, KvPart part) {
   HIQ_DCHECK(layer >= 0 && layer < geometry_.num_layers);
   HIQ_DCHECK(part == KvPart::kK || geometry_.attention == AttentionKind::kMha);
+  if (order_ == RecordOrder::kTokenMajor)
+    return memory_.data() + static_cast<size_t>(layer) * (k_layout_.record_bytes + v_layout_.record_bytes) +
+           (part == KvPart::kV ? k_layout_.record_bytes : 0);
   const size_t k_plane = capacity_tokens_ * k_layout_.record_bytes;
   const size_t v_plane = capacity_tokens_ * v_layout_.record_bytes;
   return memory_.data() + static_cast<size_t>(layer) * (k_plane + v_plane) + (part == KvPart::kV ? k_plane : 0);

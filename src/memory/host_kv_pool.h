@@ -1,15 +1,21 @@
 // memory/host_kv_pool.h — L2: the host-memory tier, holding KV as encoded records.
 //
 // One record per (slot, layer, K|V) in the pool's codec for that part
-// (docs/formats.md),
-// laid out layer-first like L1:
+// (docs/formats.md), in one of two orders:
 //
-//   [layer 0: K records of every slot | V records][layer 1: …] …
+//   layer-major (the default), like L1:
+//     [layer 0: K records of every slot | V records][layer 1: …] …
+//     so restoring one layer of a run of slots reads one region;
+//   token-major:
+//     [slot 0: layer 0 K, layer 0 V, layer 1 K, …][slot 1: …] …
+//     so a token's bytes_per_token are one contiguous run, whatever its
+//     codec: the order a region shared by tokens of different codecs needs.
 //
-// so restoring one layer of a run of slots reads one region. Capacity is
-// computed from the *encoded* bytes per token: a smaller codec holds more
-// tokens in the same budget. The whole budget is reserved (and its pages
-// touched) at creation, so a budget the machine cannot hold fails then.
+// Either way a record lies at plane(layer, part) + slot × record_stride(part);
+// the transfer engines address records only so. Capacity is computed from
+// the *encoded* bytes per token: a smaller codec holds more tokens in the
+// same budget. The whole budget is reserved (and its pages touched) at
+// creation, so a budget the machine cannot hold fails then.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +29,11 @@
 
 namespace hiq {
 
+enum class RecordOrder : uint8_t {
+  kLayerMajor,  // a (layer, part) plane of every slot's records after another
+  kTokenMajor,  // every record of a slot together
+};
+
 struct HostKvPoolOptions {
   KvCodecs codec = CodecKind::kBf16;           // --hicache-codec: one codec, or one for K and one for V
   size_t record_align = kDefaultRecordAlign;   // --record-align
@@ -31,6 +42,7 @@ struct HostKvPoolOptions {
                                                // record size (equal-capacity comparisons); overrides both above
   double ratio = 2.0;                          // --hicache-ratio: L2 tokens per L1 token (SGLang's default)
   bool populate = true;                        // touch every page at creation
+  RecordOrder record_order = RecordOrder::kLayerMajor;
 };
 
 class HostKvPool {
@@ -54,21 +66,27 @@ class HostKvPool {
   SlotAllocator& allocator() { return allocator_; }
   const SlotAllocator& allocator() const { return allocator_; }
 
-  // The first record of a (layer, part) plane; records follow each other.
+  RecordOrder record_order() const { return order_; }
+  // Slot 0's record of (layer, part); slot s's is record_stride(part) bytes
+  // further per slot.
   std::byte* plane(int layer, KvPart part);
+  size_t record_stride(KvPart part) const {
+    return order_ == RecordOrder::kTokenMajor ? bytes_per_token_ : layout(part).record_bytes;
+  }
   std::byte* record(int layer, KvPart part, SlotId slot) {
-    return plane(layer, part) + slot * layout(part).record_bytes;
+    return plane(layer, part) + size_t{slot} * record_stride(part);
   }
 
  private:
   HostKvPool(const KvGeometry& geometry, KvCodecs codec, RecordLayout k, RecordLayout v, size_t capacity,
-             MappedRegion memory);
+             RecordOrder order, MappedRegion memory);
 
   KvGeometry geometry_;
   KvCodecs codec_;
   RecordLayout k_layout_, v_layout_;  // v_layout_ is unused (and empty) for MLA
   size_t capacity_tokens_;
   size_t bytes_per_token_;
+  RecordOrder order_;
   MappedRegion memory_;
   SlotAllocator allocator_;
 };

@@ -194,10 +194,10 @@ class CpuTransferEngine final : public TransferEngine {
       const auto part = static_cast<KvPart>(p);
       if (op.kind == TransferKind::kBackup) {
         encode_rows_indexed(l2_.layout(part), l1_.plane(layer, part), op.src, l2_.plane(layer, part), op.dst, &codec,
-                            options_.codec_impl);
+                            options_.codec_impl, l2_.record_stride(part));
       } else {
         decode_rows_indexed(l2_.layout(part), l2_.plane(layer, part), op.src, l1_.plane(layer, part), op.dst,
-                            options_.codec_impl);
+                            options_.codec_impl, l2_.record_stride(part));
       }
     }
   }

@@ -16,6 +16,7 @@ struct DevicePlane {
   size_t rows_layer_stride;
   std::byte* records;
   size_t records_layer_stride;
+  size_t records_slot_stride;
   DeviceLayout layout;
 };
 
@@ -69,8 +70,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * 32, 1) rows_kernel(const D
     const size_t layer = static_cast<size_t>(b.first_layer) + rest / static_cast<size_t>(b.num_parts);
     uint16_t* row =
         p.rows + layer * p.rows_layer_stride + size_t{b.l1_rows[i]} * static_cast<size_t>(p.layout.elements);
-    std::byte* record = p.records + layer * p.records_layer_stride +
-                        size_t{b.records[i]} * static_cast<size_t>(p.layout.record_bytes);
+    std::byte* record = p.records + layer * p.records_layer_stride + size_t{b.records[i]} * p.records_slot_stride;
     uint8_t* work = scratch + round16(static_cast<size_t>(p.layout.record_bytes));
     if constexpr (kDirection == Direction::kEncode) {
       device::encode_row<kCodec>(p.layout, row, record, scratch, work, counts, lane);
@@ -158,7 +158,9 @@ Status launch_rows(Direction direction, const RowBatch& batch, const KernelShape
   size_t per_warp = 16;
   for (int p = 0; p < batch.num_parts; ++p) {
     const PlaneView& v = batch.parts[p];
-    b.parts[p] = {v.rows, v.rows_layer_stride, v.records, v.records_layer_stride, device_layout(v.layout)};
+    const size_t slot_stride = v.records_slot_stride != 0 ? v.records_slot_stride : v.layout.record_bytes;
+    if (slot_stride < v.layout.record_bytes) return invalid_argument("launch_rows: records overlap (slot stride)");
+    b.parts[p] = {v.rows, v.rows_layer_stride, v.records, v.records_layer_stride, slot_stride, device_layout(v.layout)};
     per_warp = std::max(per_warp, scratch_bytes(v.layout, direction));
   }
   if (shape.direction != direction || per_warp * static_cast<size_t>(shape.warps_per_block) > shape.shared_bytes)

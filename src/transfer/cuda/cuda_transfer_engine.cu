@@ -69,6 +69,7 @@ class CudaEngine final : public CudaTransferEngine {
       v.rows_layer_stride = g.num_layers > 1 ? static_cast<size_t>(l1_.plane(1, part) - l1_.plane(0, part)) : 0;
       v.records = l2_.plane(0, part);
       v.records_layer_stride = g.num_layers > 1 ? static_cast<size_t>(l2_.plane(1, part) - l2_.plane(0, part)) : 0;
+      v.records_slot_stride = l2_.record_stride(part);
       v.layout = l2_.layout(part);
     }
     for (Lane& lane : lanes_) {

@@ -84,6 +84,7 @@ struct Bench {
       if (pool_records) {
         v.records = l2.plane(0, part);
         v.records_layer_stride = g.num_layers > 1 ? static_cast<size_t>(l2.plane(1, part) - l2.plane(0, part)) : 0;
+        v.records_slot_stride = l2.record_stride(part);
       } else {
         v.records = records + offset;
         v.records_layer_stride = stride;

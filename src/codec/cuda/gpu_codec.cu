@@ -30,7 +30,7 @@ Result<Buffers> prepare(const RecordLayout& layout, size_t num_rows, Direction d
   HIQ_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(b.indices.get(), identity.data(), num_rows * sizeof(uint32_t), cudaMemcpyHostToDevice));
   HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(b.counters.get(), 0, 2 * sizeof(unsigned long long)));
-  b.batch.parts[0] = {static_cast<uint16_t*>(b.rows.get()), 0, static_cast<std::byte*>(b.records.get()), 0, layout};
+  b.batch.parts[0] = {static_cast<uint16_t*>(b.rows.get()), 0, static_cast<std::byte*>(b.records.get()), 0, 0, layout};
   b.batch.l1_rows = b.batch.records = static_cast<const uint32_t*>(b.indices.get());
   b.batch.count = static_cast<uint32_t>(num_rows);
   b.batch.counters = static_cast<unsigned long long*>(b.counters.get());

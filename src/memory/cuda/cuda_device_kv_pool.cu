@@ -48,7 +48,7 @@ class CudaDeviceKvPool final : public DeviceKvPool {
     HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(indices.get(), host_indices.data(), 2 * n * sizeof(uint32_t),
                                         cudaMemcpyHostToDevice));
     cuda::RowBatch batch;
-    batch.parts[0] = {plane(layer, part), 0, static_cast<std::byte*>(staging.get()), 0, layout};
+    batch.parts[0] = {plane(layer, part), 0, static_cast<std::byte*>(staging.get()), 0, 0, layout};
     batch.l1_rows = static_cast<const uint32_t*>(indices.get());
     batch.records = batch.l1_rows + n;
     batch.count = static_cast<uint32_t>(n);

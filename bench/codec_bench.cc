@@ -6,7 +6,9 @@
 //   build/release/bench/hiq_codec_bench [--benchmark_filter=…] [--benchmark_min_time=…]
 //
 // After Google Benchmark's own report it prints a summary: each codec's speed
-// as a percentage of memcpy at the same batch size.
+// as a percentage of memcpy at the same batch size. `transcode/FROM>TO` is
+// demotion's re-encoding (decode FROM, encode TO, row by row), in the same
+// units: GB/s of the BF16 rows it passes through.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -14,6 +16,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codec/codec.h"
@@ -78,6 +81,31 @@ void BM_Decode(benchmark::State& state, CodecKind codec, CodecImpl impl) {
   set_bf16_bytes(state, rows);
 }
 
+void BM_Transcode(benchmark::State& state, CodecKind from_codec, CodecKind to_codec, CodecImpl impl) {
+  if (!codec_impl_supported(impl)) return state.SkipWithError("implementation not supported on this CPU");
+  const auto rows = static_cast<size_t>(state.range(0));
+  const RecordLayout from = *RecordLayout::make(from_codec, kRow), to = *RecordLayout::make(to_codec, kRow);
+  const auto src = gaussian_rows(rows);
+  std::vector<std::byte> records(from.record_bytes * rows), out(to.record_bytes * rows);
+  encode_rows(from, src.data(), kRow.elements(), rows, records.data());
+  for (auto _ : state) {
+    transcode_rows(from, records.data(), 0, to, out.data(), 0, rows, nullptr, impl);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_bf16_bytes(state, rows);
+}
+
+// The demotions a tiered host tier makes: down a ladder of codecs.
+constexpr std::pair<CodecKind, CodecKind> kDemotions[] = {{CodecKind::kInt8, CodecKind::kInt4H},
+                                                          {CodecKind::kBf16, CodecKind::kInt8},
+                                                          {CodecKind::kBf16, CodecKind::kInt4H},
+                                                          {CodecKind::kFp8, CodecKind::kInt4H}};
+
+std::string demotion_name(std::pair<CodecKind, CodecKind> d) {
+  return std::string(codec_name(d.first)) + ">" + std::string(codec_name(d.second));
+}
+
 void register_all() {
   const std::vector<int64_t> batches = {256, 16384};
   for (int64_t rows : batches) benchmark::RegisterBenchmark("memcpy", BM_Memcpy)->Arg(rows);
@@ -90,6 +118,11 @@ void register_all() {
         benchmark::RegisterBenchmark(("decode/" + suffix).c_str(), BM_Decode, codec, impl)->Arg(rows);
       }
     }
+    for (const auto& d : kDemotions)
+      for (int64_t rows : batches)
+        benchmark::RegisterBenchmark(("transcode/" + demotion_name(d) + "/" + std::string(codec_impl_name(impl))).c_str(),
+                                     BM_Transcode, d.first, d.second, impl)
+            ->Arg(rows);
   }
 }
 
@@ -128,6 +161,15 @@ void print_summary(const CollectingReporter& reporter) {
                     memcpy_small > 0 ? 100 * small / memcpy_small : 0.0, large,
                     memcpy_large > 0 ? 100 * large / memcpy_large : 0.0);
       }
+  for (CodecImpl impl : {CodecImpl::kScalar, CodecImpl::kAvx2, CodecImpl::kAvx512})
+    for (const auto& d : kDemotions) {
+      const std::string base = "transcode/" + demotion_name(d) + "/" + std::string(codec_impl_name(impl)) + "/";
+      const double small = find(base + "256"), large = find(base + "16384");
+      if (small == 0 && large == 0) continue;
+      std::printf("%-9s %-12s %-7s %9.1f (%3.0f%%) %9.1f (%3.0f%%)\n", "transcode", demotion_name(d).c_str(),
+                  std::string(codec_impl_name(impl)).c_str(), small, memcpy_small > 0 ? 100 * small / memcpy_small : 0.0,
+                  large, memcpy_large > 0 ? 100 * large / memcpy_large : 0.0);
+    }
 }
 
 }  // namespace

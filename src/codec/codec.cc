@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 #include <optional>
+#include <vector>
 #if defined(__x86_64__)
 #include <xmmintrin.h>
 #endif
@@ -187,6 +188,27 @@ void decode_rows(const RecordLayout& layout, const std::byte* src, size_t num_ro
   const DefaultFloatEnvironment float_environment;
   const auto decode = kernels_for(layout, impl).decode[codec_detail::codec_index(layout.codec)];
   for (size_t r = 0; r < num_rows; ++r) decode(layout, src + r * layout.record_bytes, dst + r * dst_row_stride);
+}
+
+void transcode_rows(const RecordLayout& from, const std::byte* src, size_t src_stride, const RecordLayout& to,
+                    std::byte* dst, size_t dst_stride, size_t n, CodecStats* stats, CodecImpl impl) {
+  HIQ_CHECK_MSG(from.is_valid() && to.is_valid(), "transcode_rows: record layout not built by RecordLayout::make");
+  HIQ_CHECK_MSG(from.shape == to.shape, "transcode_rows: the two layouts have different row shapes");
+  const size_t src_step = src_stride != 0 ? src_stride : from.record_bytes;
+  const size_t dst_step = dst_stride != 0 ? dst_stride : to.record_bytes;
+  HIQ_CHECK(src_step >= from.record_bytes && dst_step >= to.record_bytes);
+  const DefaultFloatEnvironment float_environment;
+  const auto decode = kernels_for(from, impl).decode[codec_detail::codec_index(from.codec)];
+  const auto encode = kernels_for(to, impl).encode[codec_detail::codec_index(to.codec)];
+  thread_local std::vector<uint16_t> row;  // one BF16 row between the two codecs
+  row.resize(from.shape.elements());
+  CodecStats local;
+  for (size_t i = 0; i < n; ++i) {
+    decode(from, src + i * src_step, row.data());
+    encode(to, row.data(), dst + i * dst_step, local);
+  }
+  local.rows += n;
+  if (stats) *stats += local;
 }
 
 void encode_rows_indexed(const RecordLayout& layout, const uint16_t* src_plane, std::span<const uint32_t> src_rows,

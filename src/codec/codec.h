@@ -183,6 +183,16 @@ void decode_rows(const RecordLayout& layout, const std::byte* src, size_t num_ro
 // `dst_records[i]` of a plane of records `record_stride` bytes apart (0: the
 // record size, contiguous records), and back. The spans must have equal
 // lengths.
+// Re-encodes `n` records of layout `from` into records of layout `to` (both
+// of one row shape), record i at src + i × src_stride into dst + i ×
+// dst_stride (a stride of 0: the record size): the decode of `from`, then
+// the encode of `to`, row by row through one BF16 row, so the output is
+// byte-identical to decode_rows then encode_rows. Demotion's kernel
+// (int8 → int4h) on the host, off the critical path.
+void transcode_rows(const RecordLayout& from, const std::byte* src, size_t src_stride, const RecordLayout& to,
+                    std::byte* dst, size_t dst_stride, size_t n, CodecStats* stats = nullptr,
+                    CodecImpl impl = CodecImpl::kAuto);
+
 void encode_rows_indexed(const RecordLayout& layout, const uint16_t* src_plane, std::span<const uint32_t> src_rows,
                          std::byte* dst_plane, std::span<const uint32_t> dst_records, CodecStats* stats = nullptr,
                          CodecImpl impl = CodecImpl::kAuto, size_t record_stride = 0);

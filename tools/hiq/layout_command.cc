@@ -31,7 +31,7 @@ struct LayoutFlags {
 };
 
 struct LayoutRow {
-  CodecKind codec;
+  KvCodecs codec;
   RecordLayout k;
   std::optional<RecordLayout> v;  // absent for MLA
   size_t bytes_per_token = 0;
@@ -40,10 +40,10 @@ struct LayoutRow {
   double memory_reduction = 0;   // 1 − this codec's bytes ÷ L1 bytes
 };
 
-Result<LayoutRow> layout_row(const KvGeometry& g, CodecKind codec, size_t align, uint64_t budget) {
+Result<LayoutRow> layout_row(const KvGeometry& g, KvCodecs codec, size_t align, uint64_t budget) {
   LayoutRow row{codec, {}, std::nullopt};
   const auto make = [&](KvPart part) -> Result<RecordLayout> {
-    auto layout = RecordLayout::make(codec, g.row_shape(part), align);
+    auto layout = RecordLayout::make(codec.of(part), g.row_shape(part), align);
     if (!layout) return layout.status().with_context(g.name);
     return layout;
   };
@@ -84,7 +84,7 @@ int run_layout(const LayoutFlags& f) {
   auto align = record_align_option(f.record_align);
   if (!align) return report_error("layout", align.status());
   const size_t record_align = *align;
-  auto codecs = parse_codec_list_flag(f.codecs, "--hicache-codec");
+  auto codecs = parse_kv_codec_list_flag(f.codecs, "--hicache-codec");
   if (!codecs) return report_error("layout", codecs.status());
 
   const KvGeometry& g = *geometry;
@@ -92,12 +92,12 @@ int run_layout(const LayoutFlags& f) {
   // (int4h on a head_dim that is not a power of two) is listed as unsupported.
   const bool all = f.codecs == "all";
   std::vector<LayoutRow> rows;
-  std::vector<std::pair<CodecKind, std::string>> unsupported;
-  for (CodecKind c : *codecs) {
+  std::vector<std::pair<KvCodecs, std::string>> unsupported;
+  for (const KvCodecs& c : *codecs) {
     auto row = layout_row(g, c, record_align, *budget);
     if (row) {
       rows.push_back(*row);
-    } else if (all && row.status().code() == StatusCode::kInvalidArgument && c == CodecKind::kInt4H) {
+    } else if (all && row.status().code() == StatusCode::kInvalidArgument && c == KvCodecs(CodecKind::kInt4H)) {
       unsupported.emplace_back(c, row.status().message());
     } else {
       return report_error("layout", row.status());
@@ -116,7 +116,7 @@ int run_layout(const LayoutFlags& f) {
           {"v_head_dim", g.v_head_dim},
           {"tp", g.tp_size},
           {"page_size", g.page_size},
-          {"codec", codec_name(r.codec)},
+          {"codec", r.codec.name()},
           {"record_align", record_align},
           {"bytes_per_row", r.k.record_bytes},
           {"bytes_per_row_v", r.v ? nlohmann::json(r.v->record_bytes) : nlohmann::json(nullptr)},
@@ -133,7 +133,7 @@ int run_layout(const LayoutFlags& f) {
       });
     }
     for (const auto& [codec, reason] : unsupported)
-      out.push_back({{"model", g.name}, {"codec", codec_name(codec)}, {"supported", false}, {"reason", reason}});
+      out.push_back({{"model", g.name}, {"codec", codec.name()}, {"supported", false}, {"reason", reason}});
     // Paths need not be UTF-8: replace invalid bytes rather than throw.
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     return 0;
@@ -146,20 +146,22 @@ int run_layout(const LayoutFlags& f) {
   std::cout << ", " << l1_dtype_name(g.l1_dtype) << " L1: " << format_count(g.l1_bytes_per_token())
             << " B/token\nhost budget " << format_bytes(*budget) << " (" << format_count(*budget)
             << " B), record align " << record_align << " B, page size " << g.page_size << "\n\n";
-  const bool split_kv = g.attention == AttentionKind::kMha && g.v_head_dim != g.k_head_dim;
+  const bool split_kv = g.attention == AttentionKind::kMha &&
+                        (g.v_head_dim != g.k_head_dim ||
+                         std::any_of(rows.begin(), rows.end(), [](const LayoutRow& r) { return r.codec.split(); }));
   Table table({"codec", split_kv ? "B/row K/V" : "B/row", "payload", "scales", "padding", "B/token",
                "L2 tokens", "vs bf16", "memory"});
   for (const LayoutRow& r : rows) {
     std::string per_row = format_count(r.k.record_bytes);
     if (split_kv) per_row += "/" + format_count(r.v->record_bytes);
-    table.add_row({std::string(codec_name(r.codec)), per_row, format_count(r.k.payload_bytes),
+    table.add_row({r.codec.name(), per_row, format_count(r.k.payload_bytes),
                    format_count(r.k.scale_bytes()), format_count(r.k.padding_bytes()),
                    format_count(r.bytes_per_token), format_count(r.capacity_tokens),
                    format_fixed(r.ratio_vs_bf16, 4) + "×",
                    signed_percent(-r.memory_reduction)});
   }
   table.print(std::cout);
-  for (const auto& [codec, reason] : unsupported) std::cout << codec_name(codec) << ": n/a, " << reason << '\n';
+  for (const auto& [codec, reason] : unsupported) std::cout << codec.name() << ": n/a, " << reason << '\n';
   return 0;
 }
 
@@ -177,7 +179,8 @@ Subcommand add_layout_command(CLI::App& parent) {
   app->add_option("--hicache-size", flags->hicache_size,
                   "Host (L2) budget: 8GB (decimal), 8GiB (binary), fractions allowed; a plain number is GB")
       ->capture_default_str();
-  app->add_option("--hicache-codec", flags->codecs, "bf16, int8, fp8, int4, int4h, a comma list, or all")
+  app->add_option("--hicache-codec", flags->codecs,
+                  "bf16, int8, fp8, int4, int4h, k=CODEC,v=CODEC (keys and values apart), a comma list, or all")
       ->capture_default_str();
   app->add_option("--record-align", flags->record_align,
                   "Pad each record to a multiple of this many bytes (128 gives the 1,152-byte SGLang INT8 record)")

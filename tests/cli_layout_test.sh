@@ -205,4 +205,11 @@ expect_json "non-UTF-8 model path in JSON" '(c["bf16"]["k_head_dim"], "\ufffd" i
 # A path that is not UTF-8 still gets a clean error, in JSON mode too.
 expect_error "non-UTF-8 path" "no such file" --model "$TMP/$(printf 'c\xff')/config.json" --json
 
+# Keys and values in codecs of their own: each part's record, summed per layer.
+run_json --model qwen3-8b --hicache-codec int8,k=int8,v=int4h,v=bf16,k=int4h
+expect_json "K/V codecs: bytes per token" '[(r["codec"], r["bytes_per_token"]) for r in rows]' \
+  '[("int8", 74880), ("k=int8,v=int4h", 58176), ("k=int4h,v=bf16", 94464)]'
+expect_json "K/V codecs: each part's row" '(c["k=int8,v=int4h"]["bytes_per_row"], c["k=int8,v=int4h"]["bytes_per_row_v"])' '(1040, 576)'
+expect_error "K/V codecs: the same entry twice" "twice" --hicache-codec int8,k=int8,v=int8
+
 echo "all $checks checks passed"

@@ -146,9 +146,9 @@ print("ok   file: after a SIGKILL mid-write, a restart serves whole blocks only,
 
 # write_back: storage is written when L2 evicts (L1 400 and L2 400 tokens
 # cannot hold ten prompts of 100), and only then.
-wb_args = ["--hicache-write-policy", "write_back", "--hicache-storage-backend", "file",
+wb_args = ["--hicache-write-policy", "write_back", "--hicache-storage-backend", "file", "--hicache-storage-size", "64MB",
            "--hicache-storage-backend-extra-config",
-           json.dumps({"path": os.path.join(TMP, "l3-write-back"), "size": "64MB", "prefetch_threshold": 16})]
+           json.dumps({"path": os.path.join(TMP, "l3-write-back"), "prefetch_threshold": 16})]
 ten = [[(13 * i + 7 * j) % 250 + 2 for j in range(100)] for i in range(10)]
 p, base = serve("write-back-1", wb_args, ratio="1")
 ten_cold = [completion(base, prompt) for prompt in ten]

@@ -393,7 +393,8 @@ TEST(StorageOptions, ErrorsNameTheSetting) {
   expect_error(parse_storage_options("file", "[1]", "best_effort"), bad, {"must be a JSON object"});
   expect_error(parse_storage_options("file", R"({"path": "/x", "size": "1GB", "host": "h"})", "best_effort"), bad,
                {"unknown key 'host' for the file backend", "known: fsync, path, size, prefetch_threshold"});
-  expect_error(parse_storage_options("file", R"({"path": "/x"})", "best_effort"), bad, {"needs a positive \"size\""});
+  expect_error(parse_storage_options("file", R"({"path": "/x"})", "best_effort"), bad,
+               {"needs a positive size", "--hicache-storage-size"});
   expect_error(parse_storage_options("file", R"({"size": "1GB"})", "best_effort"), bad, {"needs \"path\""});
   expect_error(parse_storage_options("file", R"({"path": "/x", "size": "12XB"})", "best_effort"), bad,
                {"storage extra config: size"});
@@ -411,6 +412,25 @@ TEST(StorageOptions, ErrorsNameTheSetting) {
                {"appears twice"});
   expect_error(parse_storage_options("memory", R"({"prefetch_timeout_base": -1})", "best_effort"), bad,
                {"prefetch_timeout_base must be a number"});
+}
+
+// --hicache-storage-size: the file or memory backend's capacity, in GB when
+// plain; never beside the extra config's "size", never for Redis.
+TEST(StorageOptions, TheSizeFlagBoundsFileAndMemoryStorage) {
+  auto file = parse_storage_options("file", R"({"path": "/x"})", "best_effort", "64");
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  EXPECT_EQ(file->file.capacity_bytes, 64'000'000'000u);
+  auto memory = parse_storage_options("memory", "", "best_effort", "512MiB");
+  ASSERT_TRUE(memory.is_ok()) << memory.status().to_string();
+  EXPECT_EQ(memory->memory_capacity_bytes, 512u << 20);
+  const auto bad = StatusCode::kInvalidArgument;
+  expect_error(parse_storage_options("file", R"({"path": "/x", "size": "1GB"})", "best_effort", "2GB"), bad,
+               {"--hicache-storage-size", "\"size\"", "give one"});
+  expect_error(parse_storage_options("redis", "", "best_effort", "2GB"), bad, {"Redis bounds itself", "maxmemory"});
+  expect_error(parse_storage_options("none", "", "best_effort", "2GB"), bad, {"backend is none"});
+  expect_error(parse_storage_options("file", R"({"path": "/x"})", "best_effort", "lots"), bad,
+               {"--hicache-storage-size"});
+  expect_error(parse_storage_options("file", R"({"path": "/x"})", "best_effort", "0"), bad, {"more than 0"});
 }
 
 TEST(StorageOptions, MakesTheNamedBackend) {

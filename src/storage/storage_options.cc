@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -148,7 +149,7 @@ class ExtraConfig {
 }  // namespace
 
 Result<StorageOptions> parse_storage_options(std::string_view backend, std::string_view extra_config_json,
-                                             std::string_view prefetch_policy) {
+                                             std::string_view prefetch_policy, std::string_view size) {
   StorageOptions options;
   HIQ_ASSIGN_OR_RETURN(options.backend, parse_storage_backend(backend));
   HIQ_ASSIGN_OR_RETURN(options.prefetch_policy, parse_storage_prefetch_policy(prefetch_policy));
@@ -176,6 +177,22 @@ Result<StorageOptions> parse_storage_options(std::string_view backend, std::stri
                               join(backend_keys, kCommonKeys) + ")");
   }
 
+  std::optional<uint64_t> size_flag;
+  if (!size.empty()) {
+    if (options.backend == StorageBackendKind::kNone)
+      return invalid_argument("--hicache-storage-size is given but the storage backend is none");
+    if (options.backend == StorageBackendKind::kRedis)
+      return invalid_argument("--hicache-storage-size bounds the file and memory backends; Redis bounds itself "
+                              "(run it with maxmemory and allkeys-lru)");
+    if (config.contains("size"))
+      return invalid_argument("--hicache-storage-size and the extra config's \"size\" both bound storage: give one "
+                              "of them");
+    auto bytes = parse_byte_size(size, kGB);
+    if (!bytes.is_ok()) return bytes.status().with_context("--hicache-storage-size");
+    if (*bytes == 0) return invalid_argument("--hicache-storage-size must be more than 0 bytes");
+    size_flag = *bytes;
+  }
+
   const ExtraConfig extra(config);
   HIQ_RETURN_IF_ERROR(extra.integer("threads", options.threads, 1, 256));
   HIQ_RETURN_IF_ERROR(extra.count("prefetch_threshold", options.prefetch_threshold_tokens));
@@ -185,14 +202,19 @@ Result<StorageOptions> parse_storage_options(std::string_view backend, std::stri
   constexpr int kMaxMs = 3'600'000;
   switch (options.backend) {
     case StorageBackendKind::kNone: break;
-    case StorageBackendKind::kMemory: HIQ_RETURN_IF_ERROR(extra.size("size", options.memory_capacity_bytes)); break;
+    case StorageBackendKind::kMemory:
+      HIQ_RETURN_IF_ERROR(extra.size("size", options.memory_capacity_bytes));
+      if (size_flag) options.memory_capacity_bytes = *size_flag;
+      break;
     case StorageBackendKind::kFile:
       HIQ_RETURN_IF_ERROR(extra.string("path", options.file.path));
       HIQ_RETURN_IF_ERROR(extra.size("size", options.file.capacity_bytes));
+      if (size_flag) options.file.capacity_bytes = *size_flag;
       HIQ_RETURN_IF_ERROR(extra.boolean("fsync", options.file.fsync));
       if (options.file.path.empty()) return invalid_argument("file storage needs \"path\" in the extra config");
       if (options.file.capacity_bytes == 0)
-        return invalid_argument("file storage needs a positive \"size\" in the extra config (e.g. \"64GB\")");
+        return invalid_argument("file storage needs a positive size: --hicache-storage-size 64GB, or \"size\" in "
+                                "the extra config");
       break;
     case StorageBackendKind::kRedis: {
       RedisBackendOptions& r = options.redis;

@@ -71,8 +71,12 @@ struct StorageOptions {
 // common ones — an unknown key is an error, never ignored. Sizes are strings
 // ("64GB", "0.5TiB") or numbers of bytes. Errors: kInvalidArgument naming the
 // setting.
+// `size` is --hicache-storage-size as typed (empty: not given): the file or
+// memory backend's capacity ("64GB", "0.5TiB"; a plain number is GB), in
+// place of the extra config's "size" (giving both is an error, naming both;
+// Redis bounds itself with its own maxmemory, so the flag is refused there).
 Result<StorageOptions> parse_storage_options(std::string_view backend, std::string_view extra_config_json,
-                                             std::string_view prefetch_policy);
+                                             std::string_view prefetch_policy, std::string_view size = {});
 
 // The tokens of a stored block when none are given: a whole number of
 // `page_size` pages, a power of two times page_size. file: 64 tokens (rates

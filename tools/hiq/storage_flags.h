@@ -16,6 +16,7 @@ struct StorageFlags {
   std::string backend = "none";            // --hicache-storage-backend
   std::string extra_config;                // --hicache-storage-backend-extra-config
   std::string prefetch_policy = "best_effort";  // --hicache-storage-prefetch-policy
+  std::string size;                        // --hicache-storage-size; empty: the extra config's "size"
   int block_tokens = 0;                    // --hicache-storage-block-tokens; 0: by backend
   std::string model_fingerprint;           // --model-fingerprint
 };
@@ -27,6 +28,9 @@ inline void add_storage_flags(CLI::App* app, StorageFlags& flags) {
       ->capture_default_str();
   app->add_option("--hicache-storage-backend-extra-config", f->extra_config,
                   "JSON: file {\"path\", \"size\"}; redis {\"host\", \"port\", \"prefix\"}; docs/storage.md lists all");
+  app->add_option("--hicache-storage-size", f->size,
+                  "Capacity of a file (or memory) storage tier, LRU-evicted: 64GB, 0.5TiB; a plain number is GB "
+                  "(or \"size\" in the extra config; Redis bounds itself with maxmemory)");
   app->add_option("--hicache-storage-prefetch-policy", f->prefetch_policy,
                   "How long a queued request waits for its L3 prefetch: best_effort, wait_complete or timeout")
       ->capture_default_str();
@@ -40,7 +44,7 @@ inline void add_storage_flags(CLI::App* app, StorageFlags& flags) {
 
 // Fills config.storage from the flags.
 inline Status apply_storage_flags(const StorageFlags& f, ServeConfig& config) {
-  auto options = parse_storage_options(f.backend, f.extra_config, f.prefetch_policy);
+  auto options = parse_storage_options(f.backend, f.extra_config, f.prefetch_policy, f.size);
   if (!options) return options.status().with_context("--hicache-storage-*");
   config.storage = *options;
   config.storage_block_tokens = f.block_tokens;

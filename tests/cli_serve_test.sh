@@ -280,13 +280,14 @@ echo "ok   hiq bench serve --model: an in-process server, 16 requests"
 # hits; the equal-capacity flag gives every codec the same L2 tokens.
 "$HIQ" bench serve --model "$MODEL" --max-total-tokens 320 --hicache-tokens 2048 --gsp-num-groups 12 \
   --gsp-prompts-per-group 3 --gsp-system-prompt-len 96 --gsp-question-len 8 --gsp-output-len 4 --max-concurrency 2 \
-  --compare none,bf16,int8/128,int4h --repeats 2 --json >"$TMP/compare.jsonl" 2>"$TMP/compare.err" \
+  --compare none,bf16,int8/128,int4h,k=int8,v=int4h --repeats 2 --json >"$TMP/compare.jsonl" 2>"$TMP/compare.err" \
   || { cat "$TMP/compare.err" >&2; echo "FAIL: hiq bench serve --compare" >&2; exit 1; }
 python3 - "$TMP/compare.jsonl" <<'PY'
 import json, sys
 runs = [json.loads(line) for line in open(sys.argv[1])]
 order = [r["config"] for r in runs]
-assert order == ["none", "bf16", "int8/128", "int4h", "int4h", "int8/128", "bf16", "none"], order
+assert order == ["none", "bf16", "int8/128", "int4h", "k=int8,v=int4h",
+                 "k=int8,v=int4h", "int4h", "int8/128", "bf16", "none"], order
 for r in runs:
     assert r["requests"] == 36 and r["failed"] == 0, r
     s = r["server"]
@@ -298,10 +299,13 @@ for r in runs:
     assert r["transfer"]["load_bytes"] == r["transfer"]["load_tokens"] * s["l2_bytes_per_token"], r
 none = max(r["hit_rate"] for r in runs if r["config"] == "none")
 assert all(r["hit_rate"] > none for r in runs if r["config"] != "none"), runs
-print("ok   hiq bench serve --compare: 8 paired runs in alternating order; every host tier restores")
+split = [r for r in runs if r["config"] == "k=int8,v=int4h"]
+assert all(r["server"]["l2_codec"] == "k=int8,v=int4h" for r in split), split
+print("ok   hiq bench serve --compare: 10 paired runs in alternating order; every host tier restores")
 PY
 for args in "--compare int8/3|--record-align must be a power of two" "--compare int3|unknown codec 'int3'" \
-            "--compare bf16,,int8|an empty entry" "--compare int8/x|the alignment after '/'"; do
+            "--compare bf16,,int8|an empty entry" "--compare int8/x|the alignment after '/'" \
+            "--compare int8,int8|given twice" "--compare k=int8,v=int9|unknown codec 'int9'"; do
   if "$HIQ" bench serve --model "$MODEL" ${args%%|*} >/dev/null 2>"$TMP/compare.err"; then
     echo "FAIL: hiq bench serve ${args%%|*} was accepted" >&2; exit 1
   fi

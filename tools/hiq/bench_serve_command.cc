@@ -53,8 +53,10 @@ struct BenchServeFlags {
 
 Result<std::vector<TierConfig>> parse_compare(const std::string& list, int64_t default_align) {
   std::vector<TierConfig> configs;
-  HIQ_ASSIGN_OR_RETURN(const std::vector<std::string> items, parse_list_flag(list, "--compare"));
-  for (const std::string& item : items) {
+  HIQ_ASSIGN_OR_RETURN(const std::vector<std::string> items, parse_list_flag(list, "--compare", ListRepeats::kAllow));
+  for (const std::string& item : join_kv_codec_items(items)) {
+    for (const TierConfig& seen : configs)
+      if (seen.label == item) return invalid_argument("--compare: '" + item + "' is given twice");
     TierConfig c;
     c.label = item;
     if (item == "none") {
@@ -64,7 +66,7 @@ Result<std::vector<TierConfig>> parse_compare(const std::string& list, int64_t d
     } else {
       const size_t slash = item.find('/');
       c.codec = item.substr(0, slash);
-      HIQ_RETURN_IF_ERROR(parse_codec(c.codec).status().with_context("--compare " + item));
+      HIQ_RETURN_IF_ERROR(parse_kv_codecs(c.codec).status().with_context("--compare " + item));
       c.record_align = default_align;
       if (slash != std::string::npos) {
         const std::string align = item.substr(slash + 1);
@@ -450,7 +452,8 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
   app->add_option("--request-rate", f->load.request_rate, "Request starts per second (Poisson; inf: no pacing)")
       ->capture_default_str();
   app->add_option("--compare", f->compare,
-                  "In-process: run once per host tier, e.g. none,bf16,int8,int8/128,fp8,int4,int4h (codec/align)");
+                  "In-process: run once per host tier, e.g. none,bf16,int8,int8/128,fp8,int4,int4h,k=int8,v=int4h "
+                  "(codec/align; k=…,v=… is one tier)");
   before = app->get_options().size();
   app->add_option("--repeats", f->repeats, "--compare: runs of each configuration, in alternating order")
       ->capture_default_str();

@@ -55,16 +55,26 @@ Result<std::vector<CodecKind>> parse_codec_list_flag(std::string_view text, std:
   return parse_list_flag_as<CodecKind>(text, flag, [](const std::string& name) { return parse_codec(name); });
 }
 
+std::vector<std::string> join_kv_codec_items(const std::vector<std::string>& items) {
+  const auto part_of = [](const std::string& item) { return item.size() > 1 && item[1] == '=' ? item[0] : '\0'; };
+  std::vector<std::string> out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const char part = part_of(items[i]);
+    if (part != '\0' && i + 1 < items.size() && part_of(items[i + 1]) != '\0' && part_of(items[i + 1]) != part) {
+      out.push_back(items[i] + "," + items[i + 1]);
+      ++i;
+    } else {
+      out.push_back(items[i]);
+    }
+  }
+  return out;
+}
+
 Result<std::vector<KvCodecs>> parse_kv_codec_list_flag(std::string_view text, std::string_view flag) {
   if (text == "all") return std::vector<KvCodecs>(std::begin(kAllCodecs), std::end(kAllCodecs));
   HIQ_ASSIGN_OR_RETURN(const std::vector<std::string> items, parse_list_flag(text, flag, ListRepeats::kAllow));
-  const auto part_of = [](const std::string& item) { return item.size() > 1 && item[1] == '=' ? item[0] : '\0'; };
   std::vector<KvCodecs> out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    std::string spec = items[i];
-    const char part = part_of(spec);
-    if (part != '\0' && i + 1 < items.size() && part_of(items[i + 1]) != '\0' && part_of(items[i + 1]) != part)
-      spec += "," + items[++i];
+  for (const std::string& spec : join_kv_codec_items(items)) {
     auto parsed = parse_kv_codecs(spec);
     if (!parsed) return parsed.status().with_context(flag);
     const KvCodecs codecs = *parsed;

@@ -35,11 +35,11 @@
 // any set, and with two or more workers at most all but one run sets, so a
 // read never queues behind a backlog of writes to a slow backend.
 //
-// With no threads the engine runs each operation inline,
-// in submit (simulations and tests, which must be deterministic). Destroying
-// the engine drops queued operations (they are never reported, and their
-// sinks and sources never run) and waits for running ones; drain() first to
-// finish them instead.
+// With no threads the engine runs each operation inline, in submit
+// (simulations and tests, which must be deterministic). Destroying the engine
+// drops queued operations (they are never reported, and their sinks and
+// sources never run) and waits for running ones; drain() first to finish
+// them instead.
 #pragma once
 
 #include <condition_variable>
@@ -47,8 +47,8 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <span>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <unordered_set>
 #include <vector>

@@ -370,6 +370,11 @@ void StorageTier::finish(PrefetchId id) {
   }
 }
 
+bool StorageTier::worth_writing(const StorageKey& key, std::span<const SlotId> block_slots) {
+  if (std::find(block_slots.begin(), block_slots.end(), RadixCache::kNoSlot) != block_slots.end()) return false;
+  return !remembered(key);  // written or found lately
+}
+
 void StorageTier::on_backed_up(std::span<const TokenId> tokens, std::span<const SlotId> l2_slots) {
   const size_t block = block_tokens_;
   const size_t blocks = tokens.size() / block;
@@ -379,8 +384,7 @@ void StorageTier::on_backed_up(std::span<const TokenId> tokens, std::span<const 
   write.kind = Pending::Kind::kWrite;
   for (size_t b = 0; b < blocks; ++b) {
     const std::span<const SlotId> slots = l2_slots.subspan(b * block, block);
-    if (std::find(slots.begin(), slots.end(), RadixCache::kNoSlot) != slots.end()) continue;
-    if (remembered(keys[b])) continue;  // written or found already
+    if (!worth_writing(keys[b], slots)) continue;
     remember(keys[b]);
     write.keys.push_back(keys[b]);
     write.slots.insert(write.slots.end(), slots.begin(), slots.end());
@@ -411,12 +415,11 @@ void StorageTier::on_l2_evicted(std::span<const TokenId> tokens, std::span<const
   // written when their own node left L2 (or are still there).
   for (size_t b = from / block; b < blocks; ++b) {
     const std::span<const SlotId> slots = l2_slots.subspan(b * block, block);
-    if (std::find(slots.begin(), slots.end(), RadixCache::kNoSlot) != slots.end()) continue;
-    if (remembered(keys[b])) continue;
+    if (!worth_writing(keys[b], slots)) continue;
     const size_t bytes = kStorageHeaderBytes + payload_bytes();
     if (write_back_staged_ + bytes > options_.write_back_staging_bytes) {
-      stats_.write_back_skipped_blocks += blocks - b;
-      break;
+      ++stats_.write_back_skipped_blocks;
+      continue;
     }
     remember(keys[b]);
     std::vector<std::byte>& value = values.emplace_back(bytes);

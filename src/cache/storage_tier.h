@@ -130,6 +130,9 @@ class StorageTier {
   // Applies the last chunk of p's fetch, then lets its followers look again.
   void finish_fetch(PrefetchId id, Prefetch& p);
   void finish(PrefetchId id);
+  // Whether a block should be written: all its tokens have valid L2 copies
+  // (`block_slots` has no kNoSlot) and it was not lately written or found.
+  bool worth_writing(const StorageKey& key, std::span<const SlotId> block_slots);
   // Whether `key` was lately written or found (and makes it recent); remember() notes it.
   bool remembered(const StorageKey& key);
   void remember(const StorageKey& key);

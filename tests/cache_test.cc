@@ -381,7 +381,7 @@ TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
     ASSERT_TRUE(st.is_ok()) << "step " << step << ": " << st.to_string();
     // Nothing is held outside the tree between requests: no leaked slot.
     ASSERT_EQ(h.l1->allocator().used_count(), h.cache->l1_tokens()) << "step " << step;
-    ASSERT_EQ(h.l2->allocator().used_count(), h.cache->l2_tokens()) << "step " << step;
+    ASSERT_EQ(h.l2->used_tokens(), h.cache->l2_tokens()) << "step " << step;
   }
   h.cache->drain_transfers();
   if (tier != nullptr) {
@@ -398,7 +398,7 @@ TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
   }
   h.cache->clear();
   EXPECT_EQ(h.l1->allocator().used_count(), 0u);
-  EXPECT_EQ(h.l2->allocator().used_count(), 0u);
+  EXPECT_EQ(h.l2->used_tokens(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -431,26 +431,26 @@ TEST(RadixCache, InsertHostAddsHostOnlyKvBelowACachedPathAndFreesWhatItHolds) {
   std::vector<TokenId> a(12);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<TokenId>(100 + i);
   ASSERT_TRUE(serve(h, std::span(a).first(4), false));  // tokens 0..3 in L1
-  auto slots = *h.l2->allocator().allocate(8);
+  auto slots = *h.l2->allocate(8);
   EXPECT_EQ(h.cache->insert_host(a, 4, slots), 8u);
   EXPECT_EQ(h.cache->cached_prefix(a).l1, 4u);
   EXPECT_EQ(h.cache->cached_prefix(a).host, 8u);
   EXPECT_TRUE(h.cache->check_invariants().is_ok());
-  EXPECT_EQ(h.l2->allocator().used_count(), 8u);
+  EXPECT_EQ(h.l2->used_tokens(), 8u);
   // The same tokens again: the tree's copy stays, the new slots are freed.
-  auto again = *h.l2->allocator().allocate(8);
+  auto again = *h.l2->allocate(8);
   EXPECT_EQ(h.cache->insert_host(a, 4, again), 0u);
-  EXPECT_EQ(h.l2->allocator().used_count(), 8u);
+  EXPECT_EQ(h.l2->used_tokens(), 8u);
   EXPECT_EQ(h.cache->stats().host_insert_duplicate_tokens, 8u);
   // An L1 node without an L2 copy adopts the slots as its backup.
-  auto backup = *h.l2->allocator().allocate(4);
+  auto backup = *h.l2->allocate(4);
   EXPECT_EQ(h.cache->insert_host(a, 0, backup), 4u);
-  EXPECT_EQ(h.l2->allocator().used_count(), 12u);
+  EXPECT_EQ(h.l2->used_tokens(), 12u);
   // Below a path that is not cached: nothing is taken, every slot freed.
   std::vector<TokenId> other = {7, 7, 7, 7, 8, 8};
-  auto stray = *h.l2->allocator().allocate(2);
+  auto stray = *h.l2->allocate(2);
   EXPECT_EQ(h.cache->insert_host(other, 4, stray), 0u);
-  EXPECT_EQ(h.l2->allocator().used_count(), 12u);
+  EXPECT_EQ(h.l2->used_tokens(), 12u);
   EXPECT_TRUE(h.cache->check_invariants().is_ok());
 }
 
@@ -512,7 +512,7 @@ TEST(StorageTier, ACorruptOrForeignValueIsAMissNeverServed) {
   tier->poll();
   EXPECT_EQ(tier->stats().io.corrupt_values, 1u);
   EXPECT_EQ(tier->stats().inserted_tokens, 16u);  // the two blocks before the corrupt one
-  EXPECT_EQ(second.l2->allocator().used_count(), 16u);  // the rest of the fetch's slots went back
+  EXPECT_EQ(second.l2->used_tokens(), 16u);  // the rest of the fetch's slots went back
   size_t restored = 0;
   ASSERT_TRUE(serve(second, prompt, true, &restored));
   EXPECT_EQ(restored, 16u);
@@ -562,11 +562,11 @@ TEST(StorageTier, SlotsBeingWrittenOutStayIntactUntilTheWriteIsApplied) {
   ASSERT_TRUE(serve(h, prompt, false));
   h.cache->drain_transfers();  // the backup completes: a write is issued, its slots pinned
   h.cache->clear();            // the tree lets go of everything
-  EXPECT_EQ(h.l2->allocator().released_pinned_count(), 8u);
-  EXPECT_EQ(h.l2->allocator().free_count(), h.l2->capacity_tokens() - 8);
+  EXPECT_EQ(h.l2->released_pinned_count(), 8u);
+  EXPECT_EQ(h.l2->free_tokens(), h.l2->capacity_tokens() - 8);
   tier->poll();
-  EXPECT_EQ(h.l2->allocator().released_pinned_count(), 0u);
-  EXPECT_EQ(h.l2->allocator().free_count(), h.l2->capacity_tokens());
+  EXPECT_EQ(h.l2->released_pinned_count(), 0u);
+  EXPECT_EQ(h.l2->free_tokens(), h.l2->capacity_tokens());
   EXPECT_EQ(tier->stats().written_blocks, 2u);
 }
 
@@ -592,7 +592,7 @@ TEST(StorageTier, WriteBackStoresBlocksWhenL2EvictsThem) {
     EXPECT_EQ(first.cache->l2_tokens(), 0u);
     EXPECT_EQ(tier->stats().written_blocks, 5u);
     EXPECT_EQ(tier->stats().write_back_blocks, 5u);
-    EXPECT_EQ(first.l2->allocator().free_count(), first.l2->capacity_tokens()) << "eviction freed at once";
+    EXPECT_EQ(first.l2->free_tokens(), first.l2->capacity_tokens()) << "eviction freed at once";
   }
   Harness second(CodecKind::kInt4H, 2, 64, 128, o);
   auto tier = make_tier(second, *backend, 8);
@@ -793,7 +793,7 @@ TEST(RadixCache, EvictionWaitingForABackupThatFailsDropsTheNode) {
   EXPECT_EQ(cache.stats().l1_dropped_tokens, 4u);
   EXPECT_EQ(cache.l2_tokens(), 0u);
   EXPECT_EQ(l1->allocator().used_count(), 0u);
-  EXPECT_EQ(l2->allocator().used_count(), 0u);
+  EXPECT_EQ(l2->used_tokens(), 0u);
   EXPECT_TRUE(cache.check_invariants().is_ok()) << cache.check_invariants().to_string();
 }
 

@@ -286,7 +286,7 @@ TEST(HostKvPool, CapacityComesFromEncodedBytes) {
     // Invariant: what L2 reports it can hold is what it reserved.
     EXPECT_EQ((**pool).reserved_bytes(), (**pool).capacity_tokens() * (**pool).bytes_per_token());
     EXPECT_LE((**pool).reserved_bytes(), o.size_bytes);
-    EXPECT_EQ((**pool).allocator().capacity(), (**pool).capacity_tokens());
+    EXPECT_EQ((**pool).num_slots(), (**pool).capacity_tokens());
   }
 }
 

@@ -5,6 +5,7 @@
 #include <queue>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "core/check.h"
 
@@ -35,7 +36,7 @@ Result<WritePolicy> parse_write_policy(std::string_view name) {
                           "' is not one of write_through, write_through_selective, write_back");
 }
 
-enum class NodeTransfer : uint8_t { kNone, kBackup, kLoad };
+enum class NodeTransfer : uint8_t { kNone, kBackup, kLoad, kDemote };
 
 struct RadixNode {
   std::vector<TokenId> key;  // the tokens on the edge from the parent: whole pages
@@ -53,7 +54,10 @@ struct RadixNode {
   bool in_l1() const { return !l1.empty() && transfer != NodeTransfer::kLoad; }
   // L2 slots hold this node's KV now (not still being written).
   bool in_l2() const { return !l2.empty() && transfer != NodeTransfer::kBackup; }
-  bool host_only() const { return l1.empty() && !l2.empty() && transfer == NodeTransfer::kNone; }
+  // Host-only, or host-only and being demoted (its records stay valid).
+  bool host_only() const {
+    return l1.empty() && !l2.empty() && (transfer == NodeTransfer::kNone || transfer == NodeTransfer::kDemote);
+  }
   bool has_l1_child() const {
     return std::any_of(children.begin(), children.end(), [](const auto& c) { return !c.second->l1.empty(); });
   }
@@ -85,14 +89,22 @@ RadixCache::RadixCache(DeviceKvPool& l1, HostKvPool* l2, TransferEngine* engine,
     : l1_(l1),
       l2_(l2),
       engine_(engine),
-      options_(options),
+      options_(std::move(options)),
       page_size_(static_cast<size_t>(l1.geometry().page_size)),
       root_(std::make_unique<RadixNode>()) {
   HIQ_CHECK_MSG((l2 == nullptr) == (engine == nullptr), "a host tier needs a transfer engine, and only then");
+  if (l2 != nullptr && l2->tiered()) {
+    HIQ_CHECK_MSG(l2->rungs() <= kMaxHostRungs, "more host rungs than the cache counts");
+    DemotionEngineOptions demotion;
+    demotion.threads = options_.demotion_threads;
+    demotion.before_job = options_.demotion_hook;
+    demoter_ = std::make_unique<DemotionEngine>(*l2, std::move(demotion));
+  }
 }
 
 RadixCache::~RadixCache() {
   if (engine_) engine_->drain();  // no transfer may touch slots after the tree is gone
+  if (demoter_) demoter_->drain();
 }
 
 CacheLock RadixCache::lock(RadixNode* node) {
@@ -172,7 +184,13 @@ RadixNode* RadixCache::split(RadixNode* node, size_t at) {
   head->hits = node->hits;
   // A transfer in flight covers both halves: both settle when it completes.
   head->transfer = node->transfer;
-  if (node->transfer != NodeTransfer::kNone) {
+  if (node->transfer == NodeTransfer::kDemote) {
+    auto entry = std::find_if(demotions_.begin(), demotions_.end(), [&](const Demotion& d) {
+      return std::find(d.nodes.begin(), d.nodes.end(), node) != d.nodes.end();
+    });
+    HIQ_CHECK_MSG(entry != demotions_.end(), "a node under demotion that no demotion lists");
+    entry->nodes.push_back(head.get());
+  } else if (node->transfer != NodeTransfer::kNone) {
     auto entry = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& e) {
       return std::find(e.second.begin(), e.second.end(), node) != e.second.end();
     });
@@ -305,7 +323,7 @@ size_t RadixCache::insert_host(std::span<const TokenId> tokens, size_t from, std
   HIQ_CHECK(l2_ != nullptr && from % page_size_ == 0 && l2_slots.size() % page_size_ == 0 &&
             from + l2_slots.size() <= tokens.size());
   const auto free_slots = [&](size_t begin, size_t end) {  // token positions, from `from`
-    if (end > begin) HIQ_CHECK(l2_->allocator().free(l2_slots.subspan(begin - from, end - begin)).is_ok());
+    if (end > begin) HIQ_CHECK(l2_->free(l2_slots.subspan(begin - from, end - begin)).is_ok());
   };
   const size_t end = from + l2_slots.size();
   const uint64_t now = tick();
@@ -379,7 +397,7 @@ void RadixCache::start_backup(RadixNode* node) {
   }
   auto ticket = engine_->backup(node->l1, *slots);
   if (!ticket) {  // the engine is saturated: try again at a later write
-    HIQ_CHECK(l2_->allocator().free(*slots).is_ok());
+    HIQ_CHECK(l2_->free(*slots).is_ok());
     stats_.backup_skipped_tokens += node->size();
     return;
   }
@@ -395,8 +413,91 @@ Result<std::vector<SlotId>> RadixCache::allocate_l1(size_t tokens) {
 }
 
 Result<std::vector<SlotId>> RadixCache::allocate_l2(size_t tokens) {
-  if (l2_->allocator().free_count() < tokens) evict_l2(tokens - l2_->allocator().free_count());
-  return l2_->allocator().allocate(tokens);
+  HIQ_CHECK(l2_ != nullptr);
+  while (true) {
+    auto slots = l2_->allocate(tokens);
+    if (slots || !make_l2_room(tokens)) return slots;
+  }
+}
+
+bool RadixCache::make_l2_room(size_t tokens) {
+  if (demoter_) {
+    const uint64_t wanted = uint64_t{tokens} * l2_->bytes_per_token();
+    const uint64_t need = wanted > l2_->free_bytes() ? wanted - l2_->free_bytes() : l2_->bytes_per_token();
+    // Demotions in flight first; then more of them. Either way the
+    // allocation waits, which demote_ahead() exists to make rare. When none
+    // freed anything (all failed), fall through to dropping.
+    if (!demotions_.empty() || start_demotions(need) > 0) {
+      ++stats_.demotion_waits;
+      if (settle_demotions() > 0) return true;
+    }
+  }
+  const size_t free = l2_->free_tokens();
+  // Past the count, the free space may be in runs too short for a token:
+  // dropping anything joins some of them.
+  return evict_l2(tokens > free ? tokens - free : page_size_) > 0;
+}
+
+bool RadixCache::demotable(const RadixNode* node) const {
+  return node != root_.get() && node->host_only() && node->transfer == NodeTransfer::kNone && node->lock_ref == 0 &&
+         l2_->rung_of(node->l2.front()) + 1 < l2_->rungs() && !l2_->any_pinned(node->l2);
+}
+
+uint64_t RadixCache::start_demotions(uint64_t bytes) {
+  std::vector<std::pair<uint64_t, RadixNode*>> candidates;  // least recently used first
+  for_each_below(root_.get(), [&](RadixNode* n) {
+    if (demotable(n)) candidates.emplace_back(n->last_access, n);
+  });
+  std::sort(candidates.begin(), candidates.end());
+  uint64_t planned = 0;
+  for (const auto& [_, n] : candidates) {
+    if (planned >= bytes) break;
+    const int rung = l2_->rung_of(n->l2.front());
+    DemotionJob job{n->l2, l2_->demoted_slots(n->l2, rung, rung + 1), rung, rung + 1};
+    const uint64_t saves = n->size() * (l2_->bytes_per_token(rung) - l2_->bytes_per_token(rung + 1));
+    n->transfer = NodeTransfer::kDemote;
+    const Ticket ticket = demoter_->submit(job);
+    demotions_.push_back({ticket, {n}, std::move(job), saves});
+    demotion_pending_bytes_ += saves;
+    planned += saves;
+  }
+  return planned;
+}
+
+void RadixCache::apply_demotion(Ticket ticket, const Status& status) {
+  auto it = std::find_if(demotions_.begin(), demotions_.end(), [&](const Demotion& d) { return d.ticket == ticket; });
+  if (it == demotions_.end()) return;  // settled already
+  const Demotion d = std::move(*it);
+  demotions_.erase(it);
+  demotion_pending_bytes_ -= d.saves_bytes;
+  for (RadixNode* n : d.nodes) n->transfer = NodeTransfer::kNone;
+  if (!status.is_ok()) {  // nothing was written: the node stays as it was
+    ++stats_.demotion_failures;
+    return;
+  }
+  HIQ_CHECK(l2_->shrink(d.job.from, d.job.to_rung).is_ok());
+  std::unordered_map<SlotId, SlotId> moved;
+  moved.reserve(d.job.from.size());
+  for (size_t i = 0; i < d.job.from.size(); ++i) moved.emplace(d.job.from[i], d.job.to[i]);
+  for (RadixNode* n : d.nodes)
+    for (SlotId& s : n->l2) s = moved.at(s);
+  stats_.demoted_tokens[d.job.to_rung] += d.job.from.size();
+}
+
+uint64_t RadixCache::settle_demotions() {
+  if (demotions_.empty()) return 0;
+  const uint64_t before = l2_->free_bytes();
+  demoter_->drain();
+  for (const DemotionCompletion& c : demoter_->poll()) apply_demotion(c.ticket, c.status);
+  HIQ_CHECK(demotions_.empty());
+  HIQ_CACHE_DEBUG_CHECK();
+  return l2_->free_bytes() - before;
+}
+
+void RadixCache::demote_ahead() {
+  const auto low = static_cast<uint64_t>(options_.demotion_watermark * static_cast<double>(l2_->reserved_bytes()));
+  const uint64_t expected_free = l2_->free_bytes() + demotion_pending_bytes_;
+  if (expected_free < low) start_demotions(2 * low - expected_free);
 }
 
 bool RadixCache::l1_evictable(const RadixNode* node) const {
@@ -413,7 +514,7 @@ void RadixCache::drop(RadixNode* node) {
     stats_.l1_dropped_tokens += node->size();
   }
   if (!node->l2.empty()) {
-    HIQ_CHECK(l2_->allocator().free(node->l2).is_ok());
+    HIQ_CHECK(l2_->free(node->l2).is_ok());
     l2_tokens_ -= node->size();
     stats_.l2_evicted_tokens += node->size();
   }
@@ -440,7 +541,7 @@ size_t RadixCache::evict_l1(size_t tokens) {
     // rather than fail an admission that fits once they settle.
     std::vector<RadixNode*> pinned;
     for_each_below(root_.get(), [&](RadixNode* n) {
-      if (n->lock_ref == 0 && n->transfer != NodeTransfer::kNone) pinned.push_back(n);
+      if (n->lock_ref == 0 && n->transfer != NodeTransfer::kNone && !n->l1.empty()) pinned.push_back(n);
     });
     if (pinned.empty()) break;
     for (RadixNode* n : pinned) {
@@ -510,7 +611,8 @@ size_t RadixCache::evict_l2(size_t tokens) {
   using Entry = std::pair<uint64_t, RadixNode*>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
   const auto evictable = [&](const RadixNode* n) {
-    return n != root_.get() && n->host_only() && n->children.empty() && n->lock_ref == 0;
+    return n != root_.get() && n->host_only() && n->transfer == NodeTransfer::kNone && n->children.empty() &&
+           n->lock_ref == 0;
   };
   for_each_below(root_.get(), [&](RadixNode* n) {
     if (evictable(n)) heap.push({n->last_access, n});
@@ -551,6 +653,9 @@ Result<LoadBack> RadixCache::load_back(const PrefixMatch& match) {
   }
   if (total != match.host_tokens) return failed_precondition("load_back: the match is stale");
   std::reverse(chain.begin(), chain.end());
+  // Restore from finished records: a node being demoted is waited for.
+  for (RadixNode* n : chain)
+    if (n->transfer == NodeTransfer::kDemote) settle_now(n);
 
   // While L1 makes room, the chain's L1 ancestors must stay (they are its parents).
   const CacheLock guard = lock(match.l1_node);
@@ -582,7 +687,7 @@ void RadixCache::settle(RadixNode* n, bool ok) {
     if (ok) {
       stats_.backup_tokens += size;
     } else {
-      HIQ_CHECK(l2_->allocator().free(n->l2).is_ok());
+      HIQ_CHECK(l2_->free(n->l2).is_ok());
       n->l2.clear();
       l2_tokens_ -= size;
       ++stats_.backup_failures;
@@ -590,6 +695,7 @@ void RadixCache::settle(RadixNode* n, bool ok) {
   } else if (n->transfer == NodeTransfer::kLoad) {
     if (ok) {
       stats_.load_back_tokens += size;
+      stats_.load_back_rung_tokens[l2_->rung_of(n->l2.front())] += size;
     } else {  // back to host-only: the request that wanted it recomputes
       HIQ_CHECK(l1_.allocator().free(n->l1).is_ok());
       n->l1.clear();
@@ -606,7 +712,9 @@ void RadixCache::append_path(const RadixNode* node, std::vector<TokenId>& tokens
   for (auto it = path.rbegin(); it != path.rend(); ++it) {
     const RadixNode* n = *it;
     tokens.insert(tokens.end(), n->key.begin(), n->key.end());
-    if (n->in_l2()) slots.insert(slots.end(), n->l2.begin(), n->l2.end());
+    // Storage holds rung-0 records; a node below rung 0 or being demoted has none.
+    const bool rung0 = n->in_l2() && n->transfer != NodeTransfer::kDemote && l2_->rung_of(n->l2.front()) == 0;
+    if (rung0) slots.insert(slots.end(), n->l2.begin(), n->l2.end());
     else slots.insert(slots.end(), n->size(), kNoSlot);
   }
 }
@@ -637,6 +745,16 @@ void RadixCache::notify_backup(const RadixNode* node) {
 }
 
 size_t RadixCache::settle_now(RadixNode* node) {
+  if (node->transfer == NodeTransfer::kDemote) {
+    auto d = std::find_if(demotions_.begin(), demotions_.end(), [&](const Demotion& e) {
+      return std::find(e.nodes.begin(), e.nodes.end(), node) != e.nodes.end();
+    });
+    HIQ_CHECK_MSG(d != demotions_.end(), "a node under demotion that no demotion lists");
+    const Ticket ticket = d->ticket;
+    const size_t tokens = d->job.from.size();
+    apply_demotion(ticket, demoter_->wait(ticket));
+    return tokens;
+  }
   auto entry = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& e) {
     return std::find(e.second.begin(), e.second.end(), node) != e.second.end();
   });
@@ -668,12 +786,17 @@ void RadixCache::apply(const Completion& completion) {
 void RadixCache::poll_transfers() {
   if (!engine_) return;
   for (const Completion& c : engine_->poll()) apply(c);
+  if (demoter_) {
+    for (const DemotionCompletion& c : demoter_->poll()) apply_demotion(c.ticket, c.status);
+    demote_ahead();
+  }
 }
 
 void RadixCache::drain_transfers() {
   if (!engine_) return;
   engine_->drain();
-  poll_transfers();
+  for (const Completion& c : engine_->poll()) apply(c);
+  settle_demotions();
 }
 
 void RadixCache::clear() {
@@ -705,8 +828,14 @@ Status RadixCache::check_invariants() const {
       if (!n->l1.empty() && n->l1.size() != n->size()) return fail("L1 slots do not match the key");
       if (!n->l2.empty() && n->l2.size() != n->size()) return fail("L2 slots do not match the key");
       if (n->l1.empty() && n->l2.empty()) return fail("a node with no KV in any tier");
-      if (n->transfer != NodeTransfer::kNone && (n->l1.empty() || n->l2.empty()))
-        return fail("a transfer without slots on both tiers");
+      if (n->transfer == NodeTransfer::kDemote ? n->l2.empty()
+                                               : n->transfer != NodeTransfer::kNone && (n->l1.empty() || n->l2.empty()))
+        return fail("a transfer without slots on the tiers it moves between");
+      if (!n->l2.empty()) {
+        const int rung = l2_->rung_of(n->l2.front());
+        for (SlotId s : n->l2)
+          if (l2_->rung_of(s) != rung) return fail("a node whose L2 slots are of different rungs");
+      }
       if (n->lock_ref > n->parent->lock_ref) return fail("a lock that does not reach the root");
       for (SlotId s : n->l1) {
         if (!l1_seen.insert(s).second) return fail("L1 slot " + std::to_string(s) + " owned twice");
@@ -714,7 +843,7 @@ Status RadixCache::check_invariants() const {
       }
       for (SlotId s : n->l2) {
         if (!l2_seen.insert(s).second) return fail("L2 slot " + std::to_string(s) + " owned twice");
-        if (!l2_->allocator().is_allocated(s)) return fail("L2 slot " + std::to_string(s) + " owned but free");
+        if (!l2_->is_allocated(s)) return fail("L2 slot " + std::to_string(s) + " owned but free");
       }
       l1_count += n->l1.size();
       l2_count += n->l2.size();
@@ -727,6 +856,10 @@ Status RadixCache::check_invariants() const {
     }
   }
   if (l1_count != l1_tokens_ || l2_count != l2_tokens_) return fail("token counts out of step with the nodes");
+  for (const Demotion& d : demotions_)
+    for (const RadixNode* n : d.nodes)
+      if (n->transfer != NodeTransfer::kDemote) return fail("a demotion listing a node not being demoted");
+  if (l2_ != nullptr) HIQ_RETURN_IF_ERROR(l2_->check_slots());
   return Status::ok();
 }
 

@@ -14,6 +14,22 @@
 // node, otherwise it is dropped. Under L2 pressure host-only leaves are
 // dropped, least recently used first.
 //
+// Demotion. A precision-tiered host pool (`tiered:int8,int4h`) holds each
+// node's records in one codec of a ladder. Backups write rung 0; when the
+// pool runs low, the least recently used host-only nodes are re-encoded one
+// rung down (transfer/demotion_engine.h, on host threads) instead of being
+// dropped, and the bytes they no longer need are freed. A node is dropped
+// only once nothing above the last rung can be demoted. Demotion runs ahead
+// of need: poll_transfers() starts it while less than demotion_watermark of
+// the pool is free, so an allocation rarely waits; when one must, it waits
+// for the demotions in flight, then demotes more, then drops.
+//
+// A node keeps its rung until it leaves L2: a hit restores it from its
+// records (a prefix may span nodes of several rungs; the engines decode each
+// slot with its rung's codec), and its L1 copy is then that codec's round
+// trip, so backing it up again at rung 0 would spend bytes on no precision.
+// Only KV computed anew (after the node was dropped) is backed up at rung 0.
+//
 // Node states (of the tokens on one edge):
 //
 //   state        l1     l2     transfer in flight   how it is left
@@ -22,6 +38,11 @@
 //   both         valid  valid  none                 evict L1 → host
 //   host         —      valid  none                 load_back → loading; evict L2 → dropped
 //   loading      alloc  valid  load                 completes → both; fails → host
+//   demoting     any    valid  demotion             completes → same, one rung down; fails → as it was
+//
+// A demoting node's records are being rewritten in place: it is neither
+// restored (load_back waits for its demotion first), nor evicted from L2,
+// nor handed to the storage tier; it may meanwhile gain an L1 copy (insert).
 //
 // Invariants (checked by check_invariants(), after every step of the
 // randomised tests):
@@ -50,6 +71,7 @@
 #include "core/status.h"
 #include "memory/device_kv_pool.h"
 #include "memory/host_kv_pool.h"
+#include "transfer/demotion_engine.h"
 #include "transfer/transfer_engine.h"
 
 namespace hiq {
@@ -72,7 +94,13 @@ struct RadixCacheOptions {
   int write_through_threshold = 2;                         // hits before a selective backup
   EvictionPolicy eviction = EvictionPolicy::kLru;          // L1 victims; L2 is always LRU
   size_t load_back_min_tokens = 1;                         // shorter host-only matches are recomputed
+  // A tiered host pool only:
+  int demotion_threads = 2;          // host threads that re-encode cold nodes (0: inline, for tests)
+  double demotion_watermark = 1.0 / 32;  // demote ahead while less than this fraction of L2 is free
+  std::function<Status(Ticket)> demotion_hook;  // test hook: DemotionEngineOptions::before_job
 };
+
+inline constexpr int kMaxHostRungs = 4;
 
 struct RadixCacheStats {
   uint64_t match_calls = 0, match_tokens = 0;         // prompts looked up, and their tokens
@@ -90,6 +118,12 @@ struct RadixCacheStats {
   // KV inserted host-only from outside (insert_host: the storage tier), and
   // the tokens of it the tree already held (their slots freed or adopted).
   uint64_t host_inserted_tokens = 0, host_insert_duplicate_tokens = 0;
+  // Tiered host pools: tokens restored from each rung; tokens demoted to
+  // each rung (index 0 unused); allocations that waited for demotion; failed
+  // demotions (their L2 copies freed).
+  uint64_t load_back_rung_tokens[kMaxHostRungs] = {};
+  uint64_t demoted_tokens[kMaxHostRungs] = {};
+  uint64_t demotion_waits = 0, demotion_failures = 0;
 };
 
 class RadixCache;
@@ -210,14 +244,19 @@ class RadixCache {
   size_t reclaimable_l1_tokens() const;
   // Frees at least `tokens` L2 slots by dropping unprotected host-only leaves.
   size_t evict_l2(size_t tokens);
+  // `tokens` L2 slots at rung 0, making room as needed: demotion first (a
+  // tiered pool), then evict_l2. kResourceExhausted when nothing more can go.
+  Result<std::vector<SlotId>> allocate_l2(size_t tokens);
 
   // Applies completed transfers (backups become valid, failed ones are undone).
   void poll_transfers();
   // Waits for every transfer the cache issued, then applies them.
   void drain_transfers();
 
-  // Transfers issued by the cache and not yet settled.
-  size_t transfers_in_flight() const { return inflight_.size(); }
+  // Transfers (and demotions) issued by the cache and not yet settled.
+  size_t transfers_in_flight() const { return inflight_.size() + demotions_.size(); }
+  // The engine that demotes for a tiered pool (null otherwise).
+  const DemotionEngine* demotion_engine() const { return demoter_.get(); }
   // Number of tokens held in L1 and L2 by the tree.
   size_t l1_tokens() const { return l1_tokens_; }
   size_t l2_tokens() const { return l2_tokens_; }
@@ -255,7 +294,18 @@ class RadixCache {
   // evict_l1 without waiting for any transfer.
   size_t evict_l1_settled(size_t tokens);
   Result<std::vector<SlotId>> allocate_l1(size_t tokens);
-  Result<std::vector<SlotId>> allocate_l2(size_t tokens);
+  // Demotion (a tiered pool). Starts demoting the least recently used
+  // eligible nodes until `bytes` will be freed; the bytes it will free.
+  uint64_t start_demotions(uint64_t bytes);
+  bool demotable(const RadixNode* node) const;
+  void apply_demotion(Ticket ticket, const Status& status);
+  // Waits for every demotion in flight and applies it; the bytes freed.
+  uint64_t settle_demotions();
+  // Starts demotions while less than demotion_watermark of the pool is free.
+  void demote_ahead();
+  // One step toward room for `tokens` at rung 0 (settle, demote, or drop);
+  // false when none is possible.
+  bool make_l2_room(size_t tokens);
   uint64_t tick() { return ++clock_; }
 
   DeviceKvPool& l1_;
@@ -265,6 +315,15 @@ class RadixCache {
   size_t page_size_;
   std::unique_ptr<RadixNode> root_;
   std::vector<std::pair<Ticket, std::vector<RadixNode*>>> inflight_;  // transfers issued by the cache
+  struct Demotion {
+    Ticket ticket;
+    std::vector<RadixNode*> nodes;  // one node, or the halves it was split into
+    DemotionJob job;
+    uint64_t saves_bytes;
+  };
+  std::unique_ptr<DemotionEngine> demoter_;  // a tiered pool only
+  std::vector<Demotion> demotions_;
+  uint64_t demotion_pending_bytes_ = 0;      // what the demotions in flight will free
   size_t l1_tokens_ = 0, l2_tokens_ = 0;
   uint64_t clock_ = 0;  // logical time: the order of accesses is all LRU needs
   RadixCacheStats stats_;

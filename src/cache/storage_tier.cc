@@ -242,7 +242,7 @@ void StorageTier::apply(const StorageEngine::Completion& completion) {
   switch (job.kind) {
     case Pending::Kind::kWrite:
     case Pending::Kind::kWriteBack: {
-      if (job.kind == Pending::Kind::kWrite) HIQ_CHECK(l2_.allocator().unpin(job.slots).is_ok());
+      if (job.kind == Pending::Kind::kWrite) HIQ_CHECK(l2_.unpin(job.slots).is_ok());
       write_back_staged_ -= job.staged_bytes;
       if (ok) {
         stats_.written_blocks += job.keys.size();
@@ -279,9 +279,7 @@ void StorageTier::apply(const StorageEngine::Completion& completion) {
 void StorageTier::fetch(PrefetchId id, Prefetch& p, std::vector<StorageKey> keys) {
   const size_t block = block_tokens_;
   const size_t tokens = (p.first_block + keys.size()) * block - p.from;
-  SlotAllocator& allocator = l2_.allocator();
-  if (allocator.free_count() < tokens) cache_.evict_l2(tokens - allocator.free_count());
-  auto slots = allocator.allocate(tokens);
+  auto slots = cache_.allocate_l2(tokens);
   if (!slots) {
     stats_.skipped_no_l2_room += keys.size();
     return finish(id);
@@ -328,7 +326,7 @@ void StorageTier::finish_fetch(PrefetchId id, Prefetch& p) {
   stats_.fetched_blocks += hits;
   const size_t got = hits == 0 ? 0 : (p.first_block + hits) * block_tokens_ - p.from;
   if (got < p.slots.size())
-    HIQ_CHECK(l2_.allocator().free(std::span<const SlotId>(p.slots).subspan(got)).is_ok());
+    HIQ_CHECK(l2_.free(std::span<const SlotId>(p.slots).subspan(got)).is_ok());
   if (got > 0) {
     p.fetched_end = p.from + got;
     for (size_t b = 0; b < hits; ++b) remember(p.keys[b]);
@@ -390,7 +388,7 @@ void StorageTier::on_backed_up(std::span<const TokenId> tokens, std::span<const 
     write.slots.insert(write.slots.end(), slots.begin(), slots.end());
   }
   if (write.keys.empty()) return;
-  HIQ_CHECK(l2_.allocator().pin(write.slots).is_ok());
+  HIQ_CHECK(l2_.pin(write.slots).is_ok());
   // The source runs on a worker, over slots pinned until this write is applied.
   StorageEngine::PageSource source = [planes = PagePlanes(l2_, block), slots = write.slots, block](
                                          size_t b, std::span<std::byte> payload) {

@@ -181,7 +181,7 @@ void ServingEngine::dispatch() {
   stats_.running = scheduler_.running();
   stats_.scheduler = scheduler_.stats();
   stats_.l1_free_slots = l1_.allocator().free_count();
-  if (l2_ != nullptr) stats_.l2_used_tokens = l2_->capacity_tokens() - l2_->allocator().free_count();
+  if (l2_ != nullptr) stats_.l2_used_tokens = l2_->used_tokens();
   if (transfer_ != nullptr) stats_.transfer = transfer_->stats();
   if (storage_ != nullptr) stats_.storage_tier = storage_->stats();
 }
@@ -273,7 +273,7 @@ void ServingEngine::loop() {
       flush_result_ = std::move(result);
       stats_.cache = cache_.stats();
       stats_.l1_free_slots = l1_.allocator().free_count();
-      if (l2_ != nullptr) stats_.l2_used_tokens = l2_->capacity_tokens() - l2_->allocator().free_count();
+      if (l2_ != nullptr) stats_.l2_used_tokens = l2_->used_tokens();
       flushed_.notify_all();
     }
   }

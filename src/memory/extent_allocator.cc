@@ -38,21 +38,28 @@ Result<ExtentAllocator::Offset> ExtentAllocator::allocate(uint64_t length) {
 
 Status ExtentAllocator::free(Offset offset, uint64_t length) {
   if (length == 0) return Status::ok();
-  // The allocated run that holds `offset`: the last one starting at or before it.
-  auto run = allocated_.upper_bound(offset);
-  if (run == allocated_.begin())
-    return failed_precondition("extent allocator: freeing granules " + std::to_string(offset) +
-                               " that are not allocated");
-  --run;
-  const Offset start = run->first, end = run->first + run->second;
-  if (offset + length < offset || offset + length > end)
+  const auto refuse = [&](const std::string& why) {
     return failed_precondition("extent allocator: freeing [" + std::to_string(offset) + ", " +
-                               std::to_string(offset + length) + "), not inside one allocated run [" +
-                               std::to_string(start) + ", " + std::to_string(end) + ")");
-  // What of the run stays allocated: the parts before and after the freed range.
-  allocated_.erase(run);
-  if (start < offset) allocated_.emplace(start, offset - start);
-  if (offset + length < end) allocated_.emplace(offset + length, end - offset - length);
+                               std::to_string(offset + length) + "): " + why);
+  };
+  if (offset + length < offset || offset + length > capacity_) return refuse("past the region");
+  // The allocated runs that cover the range: the last one starting at or
+  // before `offset`, then each one starting where the previous one ends.
+  auto first = allocated_.upper_bound(offset);
+  if (first == allocated_.begin()) return refuse("not allocated");
+  --first;
+  const Offset end = offset + length;
+  auto last = first;
+  for (Offset covered = first->first + first->second; covered < end; covered = last->first + last->second) {
+    last = std::next(last);
+    if (last == allocated_.end() || last->first != covered) return refuse("not all of it is allocated");
+  }
+  if (first->first + first->second <= offset) return refuse("not allocated");
+  // What of those runs stays allocated: the parts before and after the range.
+  const Offset head = first->first, tail_end = last->first + last->second;
+  allocated_.erase(first, std::next(last));
+  if (head < offset) allocated_.emplace(head, offset - head);
+  if (end < tail_end) allocated_.emplace(end, tail_end - end);
   free_ += length;
 
   Offset merged = offset;

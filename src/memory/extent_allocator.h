@@ -43,9 +43,9 @@ class ExtentAllocator {
   // A run of `length` (> 0) granules. kResourceExhausted, taking nothing,
   // when no free run is that long (even if as many granules are free).
   Result<Offset> allocate(uint64_t length);
-  // Returns [offset, offset + length), which must lie inside runs that
-  // allocate() handed out and are not yet freed. kFailedPrecondition,
-  // changing nothing, otherwise.
+  // Returns [offset, offset + length), every granule of which allocate()
+  // handed out and is not yet freed (the range may cover parts of several
+  // adjacent runs). kFailedPrecondition, changing nothing, otherwise.
   Status free(Offset offset, uint64_t length);
   bool is_allocated(Offset offset) const;
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include "core/check.h"
@@ -9,35 +10,98 @@
 
 namespace hiq {
 
-HostKvPool::HostKvPool(const KvGeometry& geometry, KvCodecs codec, RecordLayout k, RecordLayout v, size_t capacity,
-                       RecordOrder order, MappedRegion memory)
+namespace {
+
+int value_bits(CodecKind codec) {
+  switch (codec) {
+    case CodecKind::kBf16: return 16;
+    case CodecKind::kInt8:
+    case CodecKind::kFp8: return 8;
+    case CodecKind::kInt4:
+    case CodecKind::kInt4H: return 4;
+  }
+  return 16;
+}
+
+constexpr std::string_view kTiered = "tiered:";
+
+}  // namespace
+
+Status parse_host_codec(std::string_view spec, HostKvPoolOptions& options) {
+  if (!spec.starts_with(kTiered)) {
+    HIQ_ASSIGN_OR_RETURN(options.codec, parse_kv_codecs(spec));
+    options.demotion.clear();
+    return Status::ok();
+  }
+  std::vector<CodecKind> ladder;
+  std::string_view rest = spec.substr(kTiered.size());
+  while (true) {
+    const size_t comma = rest.find(',');
+    HIQ_ASSIGN_OR_RETURN(const CodecKind codec, parse_codec(rest.substr(0, comma)));
+    if (!ladder.empty() && value_bits(codec) >= value_bits(ladder.back()))
+      return invalid_argument("'" + std::string(spec) + "': each rung of a ladder must have fewer bits per value " +
+                              "than the one before (" + std::string(codec_name(codec)) + " after " +
+                              std::string(codec_name(ladder.back())) + ")");
+    ladder.push_back(codec);
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  if (ladder.size() < 2)
+    return invalid_argument("'" + std::string(spec) + "': a ladder needs two codecs or more, e.g. tiered:int8,int4h");
+  options.codec = ladder.front();
+  options.demotion.assign(ladder.begin() + 1, ladder.end());
+  return Status::ok();
+}
+
+std::string host_codec_name(const HostKvPoolOptions& options) {
+  if (options.demotion.empty()) return options.codec.name();
+  std::string out = std::string(kTiered) + options.codec.name();
+  for (CodecKind c : options.demotion) out += "," + std::string(codec_name(c));
+  return out;
+}
+
+HostKvPool::HostKvPool(const KvGeometry& geometry, std::vector<Rung> rungs, size_t capacity, size_t granules,
+                       size_t granule_bytes, RecordOrder order, MappedRegion memory)
     : geometry_(geometry),
-      codec_(codec),
-      k_layout_(k),
-      v_layout_(v),
+      rungs_(std::move(rungs)),
       capacity_tokens_(capacity),
-      bytes_per_token_((k.record_bytes + v.record_bytes) * static_cast<size_t>(geometry.num_layers)),
+      granule_bytes_(granule_bytes),
       order_(order),
       memory_(std::move(memory)),
-      allocator_(capacity) {}
+      slots_(granules, [&] {
+        std::vector<uint32_t> spans;
+        for (const Rung& r : rungs_) spans.push_back(static_cast<uint32_t>(r.bytes_per_token / granule_bytes));
+        return spans;
+      }()) {}
 
 Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometry, const HostKvPoolOptions& options,
                                                      size_t l1_tokens) {
   HIQ_RETURN_IF_ERROR(geometry.validate());
   // The codecs read and write BF16 rows; an FP16 L1 can only be copied as it is.
-  if (geometry.l1_dtype != L1Dtype::kBf16 && options.codec != KvCodecs(CodecKind::kBf16))
-    return invalid_argument("--hicache-codec " + options.codec.name() +
+  if (geometry.l1_dtype != L1Dtype::kBf16 && (options.codec != KvCodecs(CodecKind::kBf16) || !options.demotion.empty()))
+    return invalid_argument("--hicache-codec " + host_codec_name(options) +
                             " needs a BF16 L1; this model's L1 is " + std::string(l1_dtype_name(geometry.l1_dtype)) +
                             " (use --hicache-codec bf16, which copies rows unchanged)");
-  HIQ_ASSIGN_OR_RETURN(RecordLayout k, RecordLayout::make(options.codec.k, geometry.row_shape(KvPart::kK),
-                                                          options.record_align));
-  RecordLayout v{};  // MLA: no V records
-  if (geometry.attention == AttentionKind::kMha) {
-    HIQ_ASSIGN_OR_RETURN(v, RecordLayout::make(options.codec.v, geometry.row_shape(KvPart::kV), options.record_align));
+  std::vector<KvCodecs> codecs = {options.codec};
+  for (CodecKind c : options.demotion) {
+    const int above = std::min(value_bits(codecs.back().k), value_bits(codecs.back().v));
+    if (value_bits(c) >= above)
+      return invalid_argument("--hicache-codec " + host_codec_name(options) +
+                              ": each rung must have fewer bits per value than the one before");
+    codecs.emplace_back(c);
   }
-  const uint64_t bytes_per_token = (k.record_bytes + v.record_bytes) * static_cast<uint64_t>(geometry.num_layers);
+  std::vector<Rung> rungs;
+  for (const KvCodecs& codec : codecs) {
+    Rung r{codec, {}, {}, 0};
+    HIQ_ASSIGN_OR_RETURN(r.k, RecordLayout::make(codec.k, geometry.row_shape(KvPart::kK), options.record_align));
+    if (geometry.attention == AttentionKind::kMha) {  // MLA: no V records
+      HIQ_ASSIGN_OR_RETURN(r.v, RecordLayout::make(codec.v, geometry.row_shape(KvPart::kV), options.record_align));
+    }
+    r.bytes_per_token = (r.k.record_bytes + r.v.record_bytes) * static_cast<size_t>(geometry.num_layers);
+    rungs.push_back(r);
+  }
+  const uint64_t bytes_per_token = rungs.front().bytes_per_token;
   const auto page = static_cast<uint64_t>(geometry.page_size);
-
   uint64_t tokens = 0;
   if (options.capacity_tokens > 0) {
     tokens = options.capacity_tokens / page * page;
@@ -58,21 +122,28 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
       return invalid_argument("--hicache-ratio " + std::to_string(options.ratio) + " of " + std::to_string(l1_tokens) +
                               " L1 tokens is less than one page");
   }
-  if (tokens > std::numeric_limits<SlotId>::max())
-    return out_of_range("the host tier would hold " + format_count(tokens) + " tokens, more than 2^32-1 slots");
-
+  // A granule divides every rung's bytes per token; one codec: a token.
+  uint64_t granule = bytes_per_token;
+  for (const Rung& r : rungs) granule = std::gcd(granule, uint64_t{r.bytes_per_token});
+  const uint64_t granules = tokens * (bytes_per_token / granule);
+  if (granules > std::numeric_limits<SlotId>::max())
+    return out_of_range("the host tier would hold " + format_count(granules) + (rungs.size() > 1 ? " granules" : " tokens") +
+                        ", more than 2^32-1 slots");
+  const RecordOrder order = rungs.size() > 1 ? RecordOrder::kTokenMajor : options.record_order;
   HIQ_ASSIGN_OR_RETURN(MappedRegion memory, MappedRegion::reserve(tokens * bytes_per_token, options.populate));
-  return std::unique_ptr<HostKvPool>(new HostKvPool(geometry, options.codec, k, v, tokens, options.record_order, std::move(memory)));
+  return std::unique_ptr<HostKvPool>(
+      new HostKvPool(geometry, std::move(rungs), tokens, granules, granule, order, std::move(memory)));
 }
 
-std::byte* HostKvPool::plane(int layer, KvPart part) {
-  HIQ_DCHECK(layer >= 0 && layer < geometry_.num_layers);
+std::byte* HostKvPool::plane(int layer, KvPart part, int rung) {
+  HIQ_DCHECK(layer >= 0 && layer < geometry_.num_layers && rung >= 0 && rung < rungs());
   HIQ_DCHECK(part == KvPart::kK || geometry_.attention == AttentionKind::kMha);
+  const Rung& r = rung_(rung);
   if (order_ == RecordOrder::kTokenMajor)
-    return memory_.data() + static_cast<size_t>(layer) * (k_layout_.record_bytes + v_layout_.record_bytes) +
-           (part == KvPart::kV ? k_layout_.record_bytes : 0);
-  const size_t k_plane = capacity_tokens_ * k_layout_.record_bytes;
-  const size_t v_plane = capacity_tokens_ * v_layout_.record_bytes;
+    return memory_.data() + static_cast<size_t>(layer) * (r.k.record_bytes + r.v.record_bytes) +
+           (part == KvPart::kV ? r.k.record_bytes : 0);
+  const size_t k_plane = capacity_tokens_ * r.k.record_bytes;
+  const size_t v_plane = capacity_tokens_ * r.v.record_bytes;
   return memory_.data() + static_cast<size_t>(layer) * (k_plane + v_plane) + (part == KvPart::kV ? k_plane : 0);
 }
 

@@ -11,21 +11,36 @@
 //     so a token's bytes_per_token are one contiguous run, whatever its
 //     codec: the order a region shared by tokens of different codecs needs.
 //
-// Either way a record lies at plane(layer, part) + slot × record_stride(part);
-// the transfer engines address records only so. Capacity is computed from
-// the *encoded* bytes per token: a smaller codec holds more tokens in the
-// same budget. The whole budget is reserved (and its pages touched) at
-// creation, so a budget the machine cannot hold fails then.
+// Either way a record lies at plane(layer, part, rung) + slot ×
+// record_stride(part); the transfer engines address records only so.
+// Capacity is computed from the *encoded* bytes per token: a smaller codec
+// holds more tokens in the same budget. The whole budget is reserved (and its
+// pages touched) at creation, so a budget the machine cannot hold fails then.
+//
+// Precision tiers. A pool with a demotion ladder (`--hicache-codec
+// tiered:int8,int4h`) holds tokens of several codecs, its rungs, in one
+// region: rung 0 is the codec backups write, and the cache demotes cold
+// nodes down the ladder instead of dropping them. Such a pool is token-major
+// and counted in granules, the greatest common divisor of the rungs' bytes
+// per token; a token of rung r takes span(r) granules, and its slot is the
+// first of them (memory/host_slot_allocator.h). record_stride() is then one
+// granule, and each slot's rung (rung_of) says which layout its records
+// have: the engines group a transfer's slots by it. A pool of one codec is
+// the case of one rung whose granule is a token.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "codec/codec.h"
 #include "core/status.h"
 #include "kv/geometry.h"
 #include "memory/mapped_region.h"
-#include "memory/slot_allocator.h"
+#include "memory/host_slot_allocator.h"
 
 namespace hiq {
 
@@ -42,8 +57,19 @@ struct HostKvPoolOptions {
                                                // record size (equal-capacity comparisons); overrides both above
   double ratio = 2.0;                          // --hicache-ratio: L2 tokens per L1 token (SGLang's default)
   bool populate = true;                        // touch every page at creation
-  RecordOrder record_order = RecordOrder::kLayerMajor;
+  RecordOrder record_order = RecordOrder::kLayerMajor;  // a pool with a ladder is always token-major
+  // The rungs below `codec` that cold nodes are demoted to, in order, each
+  // with fewer bits per value than the one before (`tiered:int8,int4h` is
+  // codec int8 and demotion {int4h}); empty: one codec, no demotion. Sizes
+  // by capacity_tokens or ratio count tokens of `codec`.
+  std::vector<CodecKind> demotion;
 };
+
+// `--hicache-codec`: "int8", "k=int8,v=int4h", or a ladder "tiered:int8,int4h"
+// ("tiered:bf16,int8,int4h"); fills options.codec and options.demotion.
+Status parse_host_codec(std::string_view spec, HostKvPoolOptions& options);
+// The spelling parse_host_codec reads back: "int8", "tiered:int8,int4h".
+std::string host_codec_name(const HostKvPoolOptions& options);
 
 class HostKvPool {
  public:
@@ -56,39 +82,71 @@ class HostKvPool {
                                                    size_t l1_tokens);
 
   const KvGeometry& geometry() const { return geometry_; }
-  KvCodecs codec() const { return codec_; }
-  const RecordLayout& layout(KvPart part) const { return part == KvPart::kK ? k_layout_ : v_layout_; }
+  // Rungs: 1 for a pool of one codec.
+  int rungs() const { return static_cast<int>(rungs_.size()); }
+  bool tiered() const { return rungs() > 1; }
+  KvCodecs codec(int rung = 0) const { return rung_(rung).codec; }
+  const RecordLayout& layout(KvPart part, int rung = 0) const {
+    return part == KvPart::kK ? rung_(rung).k : rung_(rung).v;
+  }
+  // Tokens the pool holds at rung 0 (a tiered pool holds more once it demotes).
   size_t capacity_tokens() const { return capacity_tokens_; }
-  // Encoded bytes of one token: every layer's K and V record, padding included.
-  size_t bytes_per_token() const { return bytes_per_token_; }
+  // Slot ids are below this (granules; tokens for a pool of one codec).
+  size_t num_slots() const { return slots_.granules(); }
+  // Encoded bytes of one token of `rung`: every layer's K and V record, padding included.
+  size_t bytes_per_token(int rung = 0) const { return rung_(rung).bytes_per_token; }
+  size_t granule_bytes() const { return granule_bytes_; }
   size_t reserved_bytes() const { return memory_.size(); }
+  uint64_t free_bytes() const { return slots_.free_granules() * granule_bytes_; }
 
-  SlotAllocator& allocator() { return allocator_; }
-  const SlotAllocator& allocator() const { return allocator_; }
+  // Slots (memory/host_slot_allocator.h). A pool of one codec has rung 0 only.
+  Result<std::vector<SlotId>> allocate(size_t tokens, int rung = 0) { return slots_.allocate(tokens, rung); }
+  Status free(std::span<const SlotId> slots) { return slots_.free(slots); }
+  bool is_allocated(SlotId slot) const { return slots_.is_allocated(slot); }
+  int rung_of(SlotId slot) const { return slots_.rung_of(slot); }
+  size_t used_tokens() const { return slots_.used_tokens(); }
+  size_t used_tokens(int rung) const { return slots_.used_tokens(rung); }
+  size_t free_tokens(int rung = 0) const { return slots_.free_tokens(rung); }
+  Status pin(std::span<const SlotId> slots) { return slots_.pin(slots); }
+  Status unpin(std::span<const SlotId> slots) { return slots_.unpin(slots); }
+  bool any_pinned(std::span<const SlotId> slots) const { return slots_.any_pinned(slots); }
+  size_t released_pinned_count() const { return slots_.released_pinned_count(); }
+  // Demotion: where each slot's records go at `to_rung`, then the commit
+  // once they are there (HostSlotAllocator::compacted / shrink).
+  std::vector<SlotId> demoted_slots(std::span<const SlotId> slots, int from_rung, int to_rung) const {
+    return HostSlotAllocator::compacted(slots, slots_.span(from_rung), slots_.span(to_rung));
+  }
+  Status shrink(std::span<const SlotId> slots, int to_rung) { return slots_.shrink(slots, to_rung); }
+  Status check_slots() const { return slots_.check(); }
 
   RecordOrder record_order() const { return order_; }
-  // Slot 0's record of (layer, part); slot s's is record_stride(part) bytes
-  // further per slot.
-  std::byte* plane(int layer, KvPart part);
+  // Slot 0's record of (layer, part) at `rung`; slot s's is record_stride(part)
+  // bytes further per slot.
+  std::byte* plane(int layer, KvPart part, int rung = 0);
   size_t record_stride(KvPart part) const {
-    return order_ == RecordOrder::kTokenMajor ? bytes_per_token_ : layout(part).record_bytes;
+    return order_ == RecordOrder::kTokenMajor ? granule_bytes_ : layout(part).record_bytes;
   }
-  std::byte* record(int layer, KvPart part, SlotId slot) {
-    return plane(layer, part) + size_t{slot} * record_stride(part);
+  std::byte* record(int layer, KvPart part, SlotId slot, int rung = 0) {
+    return plane(layer, part, rung) + size_t{slot} * record_stride(part);
   }
 
  private:
-  HostKvPool(const KvGeometry& geometry, KvCodecs codec, RecordLayout k, RecordLayout v, size_t capacity,
-             RecordOrder order, MappedRegion memory);
+  struct Rung {
+    KvCodecs codec;
+    RecordLayout k, v;  // v is unused (and empty) for MLA
+    size_t bytes_per_token = 0;
+  };
+  HostKvPool(const KvGeometry& geometry, std::vector<Rung> rungs, size_t capacity, size_t granules,
+             size_t granule_bytes, RecordOrder order, MappedRegion memory);
+  const Rung& rung_(int rung) const { return rungs_[static_cast<size_t>(rung)]; }
 
   KvGeometry geometry_;
-  KvCodecs codec_;
-  RecordLayout k_layout_, v_layout_;  // v_layout_ is unused (and empty) for MLA
+  std::vector<Rung> rungs_;
   size_t capacity_tokens_;
-  size_t bytes_per_token_;
+  size_t granule_bytes_;
   RecordOrder order_;
   MappedRegion memory_;
-  SlotAllocator allocator_;
+  HostSlotAllocator slots_;
 };
 
 }  // namespace hiq

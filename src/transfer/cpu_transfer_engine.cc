@@ -42,6 +42,40 @@ Status check_pools_match(const DeviceKvPool& l1, const HostKvPool& l2) {
   return invalid_argument("L1 and L2 pools have different KV geometries");
 }
 
+Result<std::vector<RungGroup>> group_by_rung(const HostKvPool& l2, std::vector<SlotId>& l2_slots,
+                                             std::vector<SlotId>& l1_slots) {
+  HIQ_CHECK(l2_slots.size() == l1_slots.size());
+  if (!l2.tiered()) return std::vector<RungGroup>{{0, 0, l2_slots.size()}};
+  std::vector<std::vector<size_t>> by_rung(static_cast<size_t>(l2.rungs()));
+  for (size_t i = 0; i < l2_slots.size(); ++i) {
+    const int rung = l2.rung_of(l2_slots[i]);
+    if (rung < 0)
+      return failed_precondition("transfer: L2 slot " + std::to_string(l2_slots[i]) + " holds no token");
+    by_rung[static_cast<size_t>(rung)].push_back(i);
+  }
+  std::vector<RungGroup> groups;
+  std::vector<SlotId> l2_sorted, l1_sorted;
+  l2_sorted.reserve(l2_slots.size());
+  l1_sorted.reserve(l1_slots.size());
+  for (size_t r = 0; r < by_rung.size(); ++r) {
+    if (by_rung[r].empty()) continue;
+    groups.push_back({static_cast<int>(r), l2_sorted.size(), l2_sorted.size() + by_rung[r].size()});
+    for (size_t i : by_rung[r]) {
+      l2_sorted.push_back(l2_slots[i]);
+      l1_sorted.push_back(l1_slots[i]);
+    }
+  }
+  l2_slots = std::move(l2_sorted);
+  l1_slots = std::move(l1_sorted);
+  return groups;
+}
+
+uint64_t group_bytes(const HostKvPool& l2, std::span<const RungGroup> groups) {
+  uint64_t bytes = 0;
+  for (const RungGroup& g : groups) bytes += (g.end - g.begin) * l2.bytes_per_token(g.rung);
+  return bytes;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -52,6 +86,7 @@ struct Operation {
   Ticket ticket = 0;
   TransferKind kind = TransferKind::kBackup;
   std::vector<SlotId> src, dst;
+  std::vector<RungGroup> groups;  // of src/dst, by the rung of the L2 slot
   std::vector<LayerState> layers;
   int layers_left = 0;
   Status status;  // the first failure, if any
@@ -78,11 +113,11 @@ class CpuTransferEngine final : public TransferEngine {
   }
 
   Result<Ticket> backup(std::span<const SlotId> l1_slots, std::span<const SlotId> l2_slots) override {
-    return submit(TransferKind::kBackup, l1_slots, l1_.num_slots(), l2_slots, l2_.capacity_tokens());
+    return submit(TransferKind::kBackup, l1_slots, l1_.num_slots(), l2_slots, l2_.num_slots());
   }
 
   Result<Ticket> load(std::span<const SlotId> l2_slots, std::span<const SlotId> l1_slots) override {
-    return submit(TransferKind::kLoad, l2_slots, l2_.capacity_tokens(), l1_slots, l1_.num_slots());
+    return submit(TransferKind::kLoad, l2_slots, l2_.num_slots(), l1_slots, l1_.num_slots());
   }
 
   Status wait_layer(Ticket ticket, int layer) override {
@@ -143,6 +178,9 @@ class CpuTransferEngine final : public TransferEngine {
     op->kind = kind;
     op->src.assign(src.begin(), src.end());
     op->dst.assign(dst.begin(), dst.end());
+    auto groups = kind == TransferKind::kBackup ? group_by_rung(l2_, op->dst, op->src) : group_by_rung(l2_, op->src, op->dst);
+    if (!groups) return groups.status().with_context(what);
+    op->groups = std::move(*groups);
     const int layers = l1_.geometry().num_layers;
     op->layers.assign(static_cast<size_t>(layers), LayerState::kPending);
     op->layers_left = layers;
@@ -190,14 +228,18 @@ class CpuTransferEngine final : public TransferEngine {
 
   void run_layer(const Operation& op, int layer, CodecStats& codec) {
     const int parts = l1_.geometry().rows_per_layer();
-    for (int p = 0; p < parts; ++p) {
-      const auto part = static_cast<KvPart>(p);
-      if (op.kind == TransferKind::kBackup) {
-        encode_rows_indexed(l2_.layout(part), l1_.plane(layer, part), op.src, l2_.plane(layer, part), op.dst, &codec,
-                            options_.codec_impl, l2_.record_stride(part));
-      } else {
-        decode_rows_indexed(l2_.layout(part), l2_.plane(layer, part), op.src, l1_.plane(layer, part), op.dst,
-                            options_.codec_impl, l2_.record_stride(part));
+    for (const RungGroup& g : op.groups) {
+      const auto src = std::span(op.src).subspan(g.begin, g.end - g.begin);
+      const auto dst = std::span(op.dst).subspan(g.begin, g.end - g.begin);
+      for (int p = 0; p < parts; ++p) {
+        const auto part = static_cast<KvPart>(p);
+        if (op.kind == TransferKind::kBackup) {
+          encode_rows_indexed(l2_.layout(part, g.rung), l1_.plane(layer, part), src, l2_.plane(layer, part, g.rung),
+                              dst, &codec, options_.codec_impl, l2_.record_stride(part));
+        } else {
+          decode_rows_indexed(l2_.layout(part, g.rung), l2_.plane(layer, part, g.rung), src, l1_.plane(layer, part),
+                              dst, options_.codec_impl, l2_.record_stride(part));
+        }
       }
     }
   }
@@ -211,7 +253,7 @@ class CpuTransferEngine final : public TransferEngine {
       if (--op.layers_left == 0) {
         --inflight_;
         const double seconds = std::chrono::duration<double>(Clock::now() - op.submitted).count();
-        const uint64_t tokens = op.src.size(), bytes = tokens * l2_.bytes_per_token();
+        const uint64_t tokens = op.src.size(), bytes = group_bytes(l2_, op.groups);
         if (!op.status.is_ok()) {
           ++stats_.failed_ops;
         } else if (op.kind == TransferKind::kBackup) {

@@ -104,6 +104,21 @@ Status check_transfer_slots(TransferKind kind, std::span<const SlotId> src, size
                             std::span<const SlotId> dst, size_t dst_slots);
 Status check_pools_match(const DeviceKvPool& l1, const HostKvPool& l2);
 
+// The tokens of one transfer whose L2 records have one rung's codec: pairs
+// [begin, end) of the transfer's slot lists.
+struct RungGroup {
+  int rung = 0;
+  size_t begin = 0, end = 0;
+};
+// Orders a transfer's slot pairs by the rung of their L2 slot (stably,
+// changing both lists alike) and returns the groups; one group, nothing
+// moved, for a pool of one codec. kFailedPrecondition when a tiered pool's
+// slot is not allocated (its rung is unknown).
+Result<std::vector<RungGroup>> group_by_rung(const HostKvPool& l2, std::vector<SlotId>& l2_slots,
+                                             std::vector<SlotId>& l1_slots);
+// Encoded bytes of the groups' records.
+uint64_t group_bytes(const HostKvPool& l2, std::span<const RungGroup> groups);
+
 // The CPU engine: L1 must be host-accessible. Both pools must outlive it.
 Result<std::unique_ptr<TransferEngine>> make_cpu_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
                                                                  TransferEngineOptions options = {});

@@ -24,6 +24,7 @@
 // it, not under mu_, so it may block); mu_ guards the operation list, the rings
 // and the counters, and is never held while waiting on the GPU.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -44,6 +45,7 @@ struct Operation {
   Ticket ticket = 0;
   TransferKind kind = TransferKind::kBackup;
   size_t tokens = 0;
+  std::vector<RungGroup> groups;         // of the slot lists, by the rung of the L2 slot
   int layers = 0;
   int enqueued = 0;                      // loads: layers whose kernels are queued; backups: 0 or all
   std::vector<cuda::Event> layer_done;   // loads: one per layer (backups use `end` for every layer)
@@ -55,23 +57,32 @@ struct Operation {
 
 class CudaEngine final : public CudaTransferEngine {
  public:
+  // Per rung of the host pool: the kernels' block shapes.
   CudaEngine(DeviceKvPool& l1, HostKvPool& l2, TransferEngineOptions options, PinnedHostMemory pinned,
-             cuda::KernelShape encode, cuda::KernelShape decode)
-      : l1_(l1), l2_(l2), options_(std::move(options)), pinned_(std::move(pinned)), encode_(encode), decode_(decode) {}
+             std::vector<cuda::KernelShape> encode, std::vector<cuda::KernelShape> decode)
+      : l1_(l1),
+        l2_(l2),
+        options_(std::move(options)),
+        pinned_(std::move(pinned)),
+        encode_(std::move(encode)),
+        decode_(std::move(decode)) {}
 
   Status init() {
     const KvGeometry& g = l1_.geometry();
     parts_ = g.rows_per_layer();
-    for (int p = 0; p < parts_; ++p) {
-      const auto part = static_cast<KvPart>(p);
-      cuda::PlaneView& v = planes_[p];
-      v.rows = l1_.plane(0, part);
-      v.rows_layer_stride = g.num_layers > 1 ? static_cast<size_t>(l1_.plane(1, part) - l1_.plane(0, part)) : 0;
-      v.records = l2_.plane(0, part);
-      v.records_layer_stride = g.num_layers > 1 ? static_cast<size_t>(l2_.plane(1, part) - l2_.plane(0, part)) : 0;
-      v.records_slot_stride = l2_.record_stride(part);
-      v.layout = l2_.layout(part);
-    }
+    planes_.resize(static_cast<size_t>(l2_.rungs()));
+    for (int rung = 0; rung < l2_.rungs(); ++rung)
+      for (int p = 0; p < parts_; ++p) {
+        const auto part = static_cast<KvPart>(p);
+        cuda::PlaneView& v = planes_[static_cast<size_t>(rung)][p];
+        v.rows = l1_.plane(0, part);
+        v.rows_layer_stride = g.num_layers > 1 ? static_cast<size_t>(l1_.plane(1, part) - l1_.plane(0, part)) : 0;
+        v.records = l2_.plane(0, part, rung);
+        v.records_layer_stride =
+            g.num_layers > 1 ? static_cast<size_t>(l2_.plane(1, part, rung) - l2_.plane(0, part, rung)) : 0;
+        v.records_slot_stride = l2_.record_stride(part);
+        v.layout = l2_.layout(part, rung);
+      }
     for (Lane& lane : lanes_) {
       HIQ_ASSIGN_OR_RETURN(lane.stream, cuda::make_stream());
     }
@@ -88,11 +99,11 @@ class CudaEngine final : public CudaTransferEngine {
   }
 
   Result<Ticket> backup(std::span<const SlotId> l1_slots, std::span<const SlotId> l2_slots) override {
-    return submit(TransferKind::kBackup, l1_slots, l1_.num_slots(), l2_slots, l2_.capacity_tokens());
+    return submit(TransferKind::kBackup, l1_slots, l1_.num_slots(), l2_slots, l2_.num_slots());
   }
 
   Result<Ticket> load(std::span<const SlotId> l2_slots, std::span<const SlotId> l1_slots) override {
-    return submit(TransferKind::kLoad, l2_slots, l2_.capacity_tokens(), l1_slots, l1_.num_slots());
+    return submit(TransferKind::kLoad, l2_slots, l2_.num_slots(), l1_slots, l1_.num_slots());
   }
 
   Status wait_layer(Ticket ticket, int layer) override {
@@ -173,8 +184,10 @@ class CudaEngine final : public CudaTransferEngine {
   }
 
   LaunchShape transfer_launch_shape() const override {
-    return {options_.gpu_sms, load_blocks(), two_load_streams() ? 2 : 1,
-            std::max(encode_.warps_per_block, decode_.warps_per_block) * 32};
+    int warps = 0;
+    for (const auto& shapes : {encode_, decode_})
+      for (const cuda::KernelShape& shape : shapes) warps = std::max(warps, shape.warps_per_block);
+    return {options_.gpu_sms, load_blocks(), two_load_streams() ? 2 : 1, warps * 32};
   }
 
   // Blocks of one load kernel; two run at once when the loads use two streams.
@@ -196,11 +209,17 @@ class CudaEngine final : public CudaTransferEngine {
     HIQ_RETURN_IF_ERROR(check_transfer_slots(kind, src, src_slots, dst, dst_slots));
     const std::string what(transfer_kind_name(kind));
     if (src.size() > UINT32_MAX / 2) return out_of_range(what + ": too many slots in one operation");
+    const std::span<const SlotId> l1_in = kind == TransferKind::kBackup ? src : dst;
+    const std::span<const SlotId> l2_in = kind == TransferKind::kBackup ? dst : src;
+    std::vector<SlotId> l1(l1_in.begin(), l1_in.end()), l2(l2_in.begin(), l2_in.end());
+    auto groups = group_by_rung(l2_, l2, l1);
+    if (!groups) return groups.status().with_context(what);
 
     std::lock_guard submit_lock(submit_mu_);
     auto op = std::make_shared<Operation>();
     op->kind = kind;
     op->tokens = src.size();
+    op->groups = std::move(*groups);
     op->layers = l1_.geometry().num_layers;
     HIQ_ASSIGN_OR_RETURN(op->start, cuda::make_event(/*timing=*/true));
     HIQ_ASSIGN_OR_RETURN(op->end, cuda::make_event(/*timing=*/true));
@@ -219,8 +238,6 @@ class CudaEngine final : public CudaTransferEngine {
     // From here on the operation exists: whatever fails is recorded in its
     // status, and its end event is recorded after whatever was queued.
     const size_t n = src.size();
-    const std::span<const SlotId> l1 = kind == TransferKind::kBackup ? src : dst;
-    const std::span<const SlotId> l2 = kind == TransferKind::kBackup ? dst : src;
     std::copy(l1.begin(), l1.end(), region.host);
     std::copy(l2.begin(), l2.end(), region.host + n);
     cudaStream_t stream = lane_for(kind).stream.get();
@@ -252,19 +269,29 @@ class CudaEngine final : public CudaTransferEngine {
     HIQ_CUDA_RETURN_IF_ERROR(cudaEventRecord(op.start.get(), stream));
     HIQ_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(region.device, region.host, 2 * n * sizeof(uint32_t), cudaMemcpyHostToDevice, stream));
-    cuda::RowBatch batch;
-    for (int p = 0; p < parts_; ++p) batch.parts[p] = planes_[p];
-    batch.num_parts = parts_;
-    batch.l1_rows = region.device;
-    batch.records = region.device + n;
-    batch.count = static_cast<uint32_t>(n);
+    // One batch per rung group: its planes, and its range of the slot lists.
+    std::vector<cuda::RowBatch> batches(op.groups.size());
+    for (size_t i = 0; i < op.groups.size(); ++i) {
+      const RungGroup& g = op.groups[i];
+      cuda::RowBatch& batch = batches[i];
+      for (int p = 0; p < parts_; ++p) batch.parts[p] = planes_[static_cast<size_t>(g.rung)][p];
+      batch.num_parts = parts_;
+      batch.l1_rows = region.device + g.begin;
+      batch.records = region.device + n + g.begin;
+      batch.count = static_cast<uint32_t>(g.end - g.begin);
+    }
     if (op.kind == TransferKind::kBackup) {
       for (int layer = 0; layer < op.layers; ++layer)
         if (options_.before_layer) HIQ_RETURN_IF_ERROR(options_.before_layer(op.ticket, op.kind, layer));
-      batch.first_layer = 0;
-      batch.num_layers = op.layers;
-      batch.counters = static_cast<unsigned long long*>(counters_.get());
-      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kEncode, batch, encode_, options_.gpu_sms, stream));
+      for (size_t i = 0; i < batches.size(); ++i) {
+        cuda::RowBatch& batch = batches[i];
+        batch.first_layer = 0;
+        batch.num_layers = op.layers;
+        batch.counters = static_cast<unsigned long long*>(counters_.get());
+        HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kEncode, batch,
+                                              encode_[static_cast<size_t>(op.groups[i].rung)], options_.gpu_sms,
+                                              stream));
+      }
       HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counters_host_.get(), counters_.get(), 2 * sizeof(unsigned long long),
                                                cudaMemcpyDeviceToHost, stream));
       op.enqueued = op.layers;
@@ -284,9 +311,13 @@ class CudaEngine final : public CudaTransferEngine {
       cuda::Event& done = op.layer_done[static_cast<size_t>(layer)];
       HIQ_ASSIGN_OR_RETURN(done, cuda::make_event(/*timing=*/false));
       cudaStream_t s = layer % 2 ? side : stream;
-      batch.first_layer = layer;
-      batch.num_layers = 1;
-      HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kDecode, batch, decode_, load_blocks(), s));
+      for (size_t i = 0; i < batches.size(); ++i) {
+        cuda::RowBatch& batch = batches[i];
+        batch.first_layer = layer;
+        batch.num_layers = 1;
+        HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kDecode, batch,
+                                              decode_[static_cast<size_t>(op.groups[i].rung)], load_blocks(), s));
+      }
       HIQ_CUDA_RETURN_IF_ERROR(cudaEventRecord(done.get(), s));
       op.enqueued = layer + 1;
     }
@@ -320,7 +351,7 @@ class CudaEngine final : public CudaTransferEngine {
       (void)cudaGetLastError();
       ms = 0;
     }
-    const uint64_t tokens = op.tokens, bytes = tokens * l2_.bytes_per_token();
+    const uint64_t tokens = op.tokens, bytes = group_bytes(l2_, op.groups);
     if (op.kind == TransferKind::kBackup) {
       ++stats_.backup_ops;
       stats_.backup_tokens += tokens;
@@ -361,9 +392,9 @@ class CudaEngine final : public CudaTransferEngine {
   HostKvPool& l2_;
   const TransferEngineOptions options_;
   PinnedHostMemory pinned_;  // first in, last out: unpinned after every stream is drained
-  const cuda::KernelShape encode_, decode_;  // block shapes of backups and loads
+  const std::vector<cuda::KernelShape> encode_, decode_;  // block shapes of backups and loads, per rung
   int parts_ = 0;
-  cuda::PlaneView planes_[2];
+  std::vector<std::array<cuda::PlaneView, 2>> planes_;  // per rung: K, V
   cuda::DeviceMemory counters_;       // [non-finite heads, out-of-range heads], added to by encode kernels
   cuda::PinnedMemory counters_host_;  // their copy after the latest backup
 
@@ -387,12 +418,18 @@ Result<std::unique_ptr<CudaTransferEngine>> make_cuda_transfer_engine(DeviceKvPo
   HIQ_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attributes, l1.plane(0, KvPart::kK)));
   if (l1.host_accessible() || attributes.type != cudaMemoryTypeDevice)
     return invalid_argument("the CUDA transfer engine needs an L1 pool in GPU memory (make_cuda_device_kv_pool)");
-  const RecordLayout layouts[2] = {l2.layout(KvPart::kK), l2.layout(KvPart::kV)};
   const int parts = l1.geometry().rows_per_layer();
-  HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape encode, cuda::kernel_shape(cuda::Direction::kEncode, layouts, parts));
-  HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape decode, cuda::kernel_shape(cuda::Direction::kDecode, layouts, parts));
+  std::vector<cuda::KernelShape> encode, decode;
+  for (int rung = 0; rung < l2.rungs(); ++rung) {
+    const RecordLayout layouts[2] = {l2.layout(KvPart::kK, rung), l2.layout(KvPart::kV, rung)};
+    HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape e, cuda::kernel_shape(cuda::Direction::kEncode, layouts, parts));
+    HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape d, cuda::kernel_shape(cuda::Direction::kDecode, layouts, parts));
+    encode.push_back(e);
+    decode.push_back(d);
+  }
   HIQ_ASSIGN_OR_RETURN(PinnedHostMemory pinned, PinnedHostMemory::pin(l2.plane(0, KvPart::kK), l2.reserved_bytes()));
-  auto engine = std::make_unique<CudaEngine>(l1, l2, std::move(options), std::move(pinned), encode, decode);
+  auto engine =
+      std::make_unique<CudaEngine>(l1, l2, std::move(options), std::move(pinned), std::move(encode), std::move(decode));
   HIQ_RETURN_IF_ERROR(engine->init());
   return std::unique_ptr<CudaTransferEngine>(std::move(engine));
 }

@@ -1,0 +1,153 @@
+#include "transfer/demotion_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "core/check.h"
+
+namespace hiq {
+
+namespace {
+constexpr size_t kChunkTokens = 16;  // tokens read into scratch at a time
+}
+
+Status demote_records(HostKvPool& pool, const DemotionJob& job, std::vector<std::byte>& scratch, CodecStats* stats,
+                      CodecImpl impl) {
+  if (job.from.size() != job.to.size()) return invalid_argument("demotion: slot lists of different lengths");
+  if (job.from_rung < 0 || job.to_rung <= job.from_rung || job.to_rung >= pool.rungs())
+    return invalid_argument("demotion: rung " + std::to_string(job.from_rung) + " to rung " +
+                            std::to_string(job.to_rung));
+  if (pool.record_order() != RecordOrder::kTokenMajor) return invalid_argument("demotion: a layer-major pool");
+  const size_t from_bytes = pool.bytes_per_token(job.from_rung), to_bytes = pool.bytes_per_token(job.to_rung);
+  const size_t granule = pool.granule_bytes();
+  const KvGeometry& g = pool.geometry();
+  const int parts = g.rows_per_layer();
+  std::byte* const base = pool.plane(0, KvPart::kK, 0);  // slot 0 of any rung starts here
+  scratch.resize(std::max(scratch.size(), kChunkTokens * from_bytes));
+  const size_t n = job.from.size();
+  // Chunks never straddle runs: a run's tokens move toward its start, in order.
+  for (size_t begin = 0; begin < n;) {
+    size_t end = begin + 1;
+    while (end < n && end - begin < kChunkTokens && job.from[end] == job.from[end - 1] + from_bytes / granule &&
+           job.to[end] == job.to[end - 1] + to_bytes / granule)
+      ++end;
+    const size_t count = end - begin;
+    for (size_t i = 0; i < count; ++i)
+      std::memcpy(scratch.data() + i * from_bytes, base + size_t{job.from[begin + i]} * granule, from_bytes);
+    for (int layer = 0; layer < g.num_layers; ++layer)
+      for (int p = 0; p < parts; ++p) {
+        const auto part = static_cast<KvPart>(p);
+        const std::byte* src = pool.plane(layer, part, job.from_rung) - base + scratch.data();
+        std::byte* dst = pool.record(layer, part, job.to[begin], job.to_rung);
+        transcode_rows(pool.layout(part, job.from_rung), src, from_bytes, pool.layout(part, job.to_rung), dst, to_bytes,
+                       count, stats, impl);
+      }
+    begin = end;
+  }
+  return Status::ok();
+}
+
+DemotionEngine::DemotionEngine(HostKvPool& pool, DemotionEngineOptions options)
+    : pool_(pool), options_(std::move(options)) {
+  HIQ_CHECK(pool.tiered() && options_.threads >= 0);
+  for (int i = 0; i < options_.threads; ++i) workers_.emplace_back([this] { work(); });
+}
+
+DemotionEngine::~DemotionEngine() {
+  drain();
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+Ticket DemotionEngine::submit(DemotionJob job) {
+  Job j;
+  {
+    std::lock_guard lock(mu_);
+    j = {next_ticket_++, std::move(job)};
+    running_.push_back(j.ticket);
+    if (options_.threads > 0) {
+      queue_.push_back(std::move(j));
+      work_cv_.notify_one();
+      return running_.back();
+    }
+  }
+  const Status status = run(j, inline_scratch_);
+  std::lock_guard lock(mu_);
+  std::erase(running_, j.ticket);
+  done_.push_back({j.ticket, j.job.from.size(), status});
+  return j.ticket;
+}
+
+Status DemotionEngine::run(const Job& job, std::vector<std::byte>& scratch) {
+  const auto start = std::chrono::steady_clock::now();
+  Status status = options_.before_job ? options_.before_job(job.ticket) : Status::ok();
+  if (status.is_ok()) status = demote_records(pool_, job.job, scratch, nullptr, options_.codec_impl);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard lock(mu_);
+  if (!status.is_ok()) {
+    ++stats_.failed_jobs;
+  } else {
+    const uint64_t tokens = job.job.from.size();
+    ++stats_.jobs;
+    stats_.tokens += tokens;
+    stats_.bytes_read += tokens * pool_.bytes_per_token(job.job.from_rung);
+    stats_.bytes_written += tokens * pool_.bytes_per_token(job.job.to_rung);
+    stats_.seconds += seconds;
+  }
+  return status;
+}
+
+void DemotionEngine::work() {
+  std::vector<std::byte> scratch;
+  while (true) {
+    Job job;
+    {
+      std::unique_lock lock(mu_);
+      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const Status status = run(job, scratch);
+    {
+      std::lock_guard lock(mu_);
+      std::erase(running_, job.ticket);
+      done_.push_back({job.ticket, job.job.from.size(), status});
+    }
+    done_cv_.notify_all();
+  }
+}
+
+std::vector<DemotionCompletion> DemotionEngine::poll() {
+  std::lock_guard lock(mu_);
+  return std::exchange(done_, {});
+}
+
+Status DemotionEngine::wait(Ticket ticket) {
+  std::unique_lock lock(mu_);
+  const auto done = [&] {
+    return std::find_if(done_.begin(), done_.end(), [&](const DemotionCompletion& c) { return c.ticket == ticket; });
+  };
+  if (done() == done_.end() && std::find(running_.begin(), running_.end(), ticket) == running_.end())
+    return not_found("demotion ticket " + std::to_string(ticket) + " is unknown or already handed back");
+  done_cv_.wait(lock, [&] { return done() != done_.end(); });
+  return done()->status;
+}
+
+void DemotionEngine::drain() {
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [&] { return running_.empty(); });
+}
+
+DemotionStats DemotionEngine::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace hiq

@@ -51,12 +51,13 @@ void expected_row(uint64_t hash, int layer, KvPart part, std::span<uint16_t> row
 
 struct Harness {
   explicit Harness(KvCodecs codec, int page_size, size_t l1_slots, size_t l2_slots, RadixCacheOptions options,
-                   int workers = 2, RecordOrder order = RecordOrder::kLayerMajor)
+                   int workers = 2, RecordOrder order = RecordOrder::kLayerMajor, std::vector<CodecKind> demotion = {})
       : geometry(tiny_geometry(page_size)) {
     l1 = *make_host_memory_device_pool(geometry, l1_slots);
     HostKvPoolOptions ho;
     ho.codec = codec;
     ho.record_order = order;
+    ho.demotion = std::move(demotion);
     ho.ratio = static_cast<double>(l2_slots) / static_cast<double>(l1_slots);
     l2 = *HostKvPool::create(geometry, ho, l1_slots);
     TransferEngineOptions eo;
@@ -85,7 +86,8 @@ struct Harness {
   enum class Origin { kComputed, kRestored, kEither };
 
   // Checks that `slots` hold the KV of tokens[from..): as computed, as restored
-  // from L2 (the codec's round trip of it), or, slot by slot, either.
+  // from L2 (the codec's round trip of it; with a ladder, that of any rung,
+  // each rung's of the one above), or, slot by slot, either.
   ::testing::AssertionResult holds(std::span<const TokenId> tokens, size_t from, std::span<const SlotId> slots,
                                    Origin origin) {
     std::vector<uint16_t> computed, restored;
@@ -95,15 +97,18 @@ struct Harness {
       for (int layer = 0; layer < geometry.num_layers; ++layer)
         for (KvPart part : {KvPart::kK, KvPart::kV}) {
           computed.resize(l1->row_elements(part));
-          restored.resize(computed.size());
           expected_row(h, layer, part, computed);
-          const RecordLayout& layout = l2->layout(part);
-          encode_rows(layout, computed.data(), computed.size(), 1, record.data());
-          decode_rows(layout, record.data(), 1, restored.data(), restored.size());
           const auto* actual = l1->row(layer, part, slots[i]);
           const size_t bytes = computed.size() * 2;
           const bool is_computed = std::memcmp(actual, computed.data(), bytes) == 0;
-          const bool is_restored = std::memcmp(actual, restored.data(), bytes) == 0;
+          bool is_restored = false;
+          restored = computed;
+          for (int rung = 0; rung < l2->rungs() && !is_restored; ++rung) {
+            const RecordLayout& layout = l2->layout(part, rung);
+            encode_rows(layout, restored.data(), restored.size(), 1, record.data());
+            decode_rows(layout, record.data(), 1, restored.data(), restored.size());
+            is_restored = std::memcmp(actual, restored.data(), bytes) == 0;
+          }
           const bool ok = origin == Origin::kComputed ? is_computed
                           : origin == Origin::kRestored ? is_restored
                                                         : is_computed || is_restored;
@@ -309,6 +314,8 @@ struct RandomCase {
   EvictionPolicy eviction;
   bool storage = false;  // a third tier: written through, prefetched from at random
   RecordOrder order = RecordOrder::kLayerMajor;
+  std::vector<CodecKind> demotion = {};  // a ladder below `codec`
+  int demotion_threads = 0;
 };
 
 // A storage tier over `backend` for a harness's cache (synchronous: deterministic).
@@ -341,7 +348,8 @@ TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
   o.write_policy = c.policy;
   o.eviction = c.eviction;
   o.write_through_threshold = 2;
-  Harness h(c.codec, c.page_size, /*l1_slots=*/96, /*l2_slots=*/160, o, /*workers=*/2, c.order);
+  o.demotion_threads = c.demotion_threads;
+  Harness h(c.codec, c.page_size, /*l1_slots=*/96, /*l2_slots=*/160, o, /*workers=*/2, c.order, c.demotion);
   std::unique_ptr<StorageBackend> backend;
   std::unique_ptr<StorageTier> tier;
   if (c.storage) {
@@ -396,6 +404,10 @@ TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
   if (c.policy != WritePolicy::kWriteThroughSelective) {
     EXPECT_GT(restored, 0u) << "the host tier was never used";
   }
+  for (size_t rung = 1; rung <= c.demotion.size(); ++rung) {
+    EXPECT_GT(h.cache->stats().demoted_tokens[rung], 0u) << "nothing reached rung " << rung;
+    EXPECT_GT(h.cache->stats().load_back_rung_tokens[rung], 0u) << "nothing was restored from rung " << rung;
+  }
   h.cache->clear();
   EXPECT_EQ(h.l1->allocator().used_count(), 0u);
   EXPECT_EQ(h.l2->used_tokens(), 0u);
@@ -414,14 +426,32 @@ INSTANTIATE_TEST_SUITE_P(
                       RandomCase{KvCodecs(CodecKind::kInt8, CodecKind::kInt4H), 2, WritePolicy::kWriteThrough,
                                  EvictionPolicy::kLru, true},
                       RandomCase{KvCodecs(CodecKind::kInt8, CodecKind::kInt4H), 1, WritePolicy::kWriteBack,
-                                 EvictionPolicy::kLru, true, RecordOrder::kTokenMajor}),
+                                 EvictionPolicy::kLru, true, RecordOrder::kTokenMajor},
+                      RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThrough, EvictionPolicy::kLru, false,
+                                 RecordOrder::kTokenMajor, {CodecKind::kInt4H}},
+                      RandomCase{CodecKind::kBf16, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru, false,
+                                 RecordOrder::kTokenMajor, {CodecKind::kInt8, CodecKind::kInt4H}, /*threads=*/2},
+                      RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThrough, EvictionPolicy::kLfu, true,
+                                 RecordOrder::kTokenMajor, {CodecKind::kInt4}, /*threads=*/1},
+                      RandomCase{CodecKind::kBf16, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru, false,
+                                 RecordOrder::kTokenMajor, {CodecKind::kInt8, CodecKind::kInt4H}, /*threads=*/0},
+                      RandomCase{CodecKind::kInt8, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru, false,
+                                 RecordOrder::kTokenMajor, {CodecKind::kInt4H}, /*threads=*/2},
+                      RandomCase{CodecKind::kBf16, 2, WritePolicy::kWriteThrough, EvictionPolicy::kLru, false,
+                                 RecordOrder::kTokenMajor, {CodecKind::kInt8, CodecKind::kInt4H}, /*threads=*/2}),
     [](const auto& p) {
       std::string codec = p.param.codec.name();  // "k=int8,v=int4h" → "k_int8_v_int4h"
       std::replace_if(codec.begin(), codec.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');
       return codec + "_page" + std::to_string(p.param.page_size) + "_" +
              std::string(write_policy_name(p.param.policy)) +
              (p.param.eviction == EvictionPolicy::kLfu ? "_lfu" : "_lru") + (p.param.storage ? "_storage" : "") +
-             (p.param.order == RecordOrder::kTokenMajor ? "_token_major" : "");
+             (p.param.order == RecordOrder::kTokenMajor ? "_token_major" : "") +
+             [&] {
+               std::string ladder;
+               for (CodecKind k : p.param.demotion) ladder += "_" + std::string(codec_name(k));
+               return ladder.empty() ? ladder
+                                     : "_demoting_to" + ladder + "_" + std::to_string(p.param.demotion_threads) + "threads";
+             }();
     });
 
 TEST(RadixCache, InsertHostAddsHostOnlyKvBelowACachedPathAndFreesWhatItHolds) {

@@ -507,6 +507,8 @@ bool RadixCache::l1_evictable(const RadixNode* node) const {
 
 void RadixCache::drop(RadixNode* node) {
   while (!node->children.empty()) drop(node->children.begin()->second.get());
+  // A host-only node below a dropped L1 one may be mid-demotion: let it end.
+  if (node->transfer == NodeTransfer::kDemote) settle_now(node);
   HIQ_CHECK(node->transfer == NodeTransfer::kNone && node->lock_ref == 0);
   if (!node->l1.empty()) {
     HIQ_CHECK(l1_.allocator().free(node->l1).is_ok());
@@ -657,8 +659,10 @@ Result<LoadBack> RadixCache::load_back(const PrefixMatch& match) {
   for (RadixNode* n : chain)
     if (n->transfer == NodeTransfer::kDemote) settle_now(n);
 
-  // While L1 makes room, the chain's L1 ancestors must stay (they are its parents).
-  const CacheLock guard = lock(match.l1_node);
+  // While L1 makes room, the chain and its L1 ancestors must stay: L1
+  // eviction may back up a victim (write-back), and making L2 room for that
+  // may demote or drop host-only nodes — never these.
+  const CacheLock guard = lock(match.host_node);
   HIQ_ASSIGN_OR_RETURN(std::vector<SlotId> slots, allocate_l1(total));
   std::vector<SlotId> sources;
   sources.reserve(total);

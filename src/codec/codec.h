@@ -43,6 +43,18 @@ inline constexpr CodecKind kAllCodecs[] = {CodecKind::kBf16, CodecKind::kInt8, C
 std::string_view codec_name(CodecKind codec);
 // Accepts the names of codec_name ("bf16", "int8", "fp8", "int4", "int4h").
 Result<CodecKind> parse_codec(std::string_view name);
+// Bits of one encoded value, scales aside: 16, 8 or 4. A ladder of host
+// codecs descends in it.
+constexpr int codec_value_bits(CodecKind codec) {
+  switch (codec) {
+    case CodecKind::kBf16: return 16;
+    case CodecKind::kInt8:
+    case CodecKind::kFp8: return 8;
+    case CodecKind::kInt4:
+    case CodecKind::kInt4H: return 4;
+  }
+  return 16;
+}
 
 // The codecs of a host tier: one for keys, one for values. Keys are more
 // sensitive to quantisation than values (they pass through the softmax's

@@ -45,24 +45,33 @@ SimRunner::SimRunner(DeviceKvPool& l1, const HostKvPool* l2, TransferEngine* eng
       const float unit = static_cast<float>(static_cast<int32_t>(u >> 40) - (1 << 23)) / static_cast<float>(1 << 23);
       v = numeric::float_to_bf16(unit * static_cast<float>(1 + (u & 3)));
     }
-    if (l2) {
-      const RecordLayout& layout = l2->layout(part);
+    exact_.push_back(std::move(rows));
+  }
+  // Through each rung of L2 in turn: rung 0's round trip of the exact rows,
+  // then each lower rung's of the one above (what demotion does).
+  for (int rung = 0; l2 != nullptr && rung < l2->rungs(); ++rung)
+    for (int r = 0; r < rows_per_token_; ++r) {
+      const auto part = static_cast<KvPart>(r % parts);
+      const size_t n = l1.row_elements(part);
+      const RecordLayout& layout = l2->layout(part, rung);
+      const std::vector<uint16_t>& from =
+          rung == 0 ? exact_[static_cast<size_t>(r)] : restored_[static_cast<size_t>((rung - 1) * rows_per_token_ + r)];
       std::vector<std::byte> records(layout.record_bytes * kPatterns);
-      std::vector<uint16_t> back(rows.size());
-      encode_rows(layout, rows.data(), n, kPatterns, records.data());
+      std::vector<uint16_t> back(from.size());
+      encode_rows(layout, from.data(), n, kPatterns, records.data());
       decode_rows(layout, records.data(), kPatterns, back.data(), n);
       restored_.push_back(std::move(back));
     }
-    exact_.push_back(std::move(rows));
-  }
+  rungs_ = l2 != nullptr ? l2->rungs() : 0;
   // The first values of every pattern row, exact then (with L2) restored,
   // zero-padded: a decode step's expected samples, small enough to stay cached.
   const size_t patterns = kPatterns, rows = static_cast<size_t>(rows_per_token_);
-  samples_.resize((l2 ? 2 : 1) * rows * patterns);
+  samples_.resize(static_cast<size_t>(1 + rungs_) * rows * patterns);
   for (size_t i = 0; i < samples_.size(); ++i) {
     const auto r = static_cast<int>(i / patterns % rows);
+    const auto tier = static_cast<int>(i / (patterns * rows));  // 0: exact; 1 + rung: restored from it
     const size_t elements = l1.row_elements(static_cast<KvPart>(r % parts));
-    const uint16_t* row = i < rows * patterns ? exact(r, i % patterns) : restored(r, i % patterns);
+    const uint16_t* row = tier == 0 ? exact(r, i % patterns) : restored(r, i % patterns, tier - 1);
     std::memcpy(samples_[i].data(), row, std::min(elements, kSampleElements) * 2);
   }
 }
@@ -89,9 +98,15 @@ const uint16_t* SimRunner::exact(int row_index, size_t p) const {
   return exact_[static_cast<size_t>(row_index)].data() + p * l1_.row_elements(part);
 }
 
-const uint16_t* SimRunner::restored(int row_index, size_t p) const {
+const uint16_t* SimRunner::restored(int row_index, size_t p, int rung) const {
   const auto part = static_cast<KvPart>(row_index % l1_.geometry().rows_per_layer());
-  return restored_[static_cast<size_t>(row_index)].data() + p * l1_.row_elements(part);
+  return restored_[static_cast<size_t>(rung * rows_per_token_ + row_index)].data() + p * l1_.row_elements(part);
+}
+
+bool SimRunner::restored_matches(const uint16_t* actual, int row_index, size_t p, size_t elements) const {
+  for (int rung = 0; rung < rungs_; ++rung)
+    if (std::memcmp(actual, restored(row_index, p, rung), elements * 2) == 0) return true;
+  return false;
 }
 
 Status SimRunner::verify(std::span<const SlotId> slots, std::span<const uint64_t> hashes, int first_row,
@@ -115,7 +130,7 @@ Status SimRunner::verify(std::span<const SlotId> slots, std::span<const uint64_t
         const uint16_t* actual = rows_.data() + i * elements;
         const size_t p = pattern(hashes[begin + i], r);
         if (std::memcmp(actual, exact(r, p), elements * 2) == 0) continue;
-        if (l2_ && std::memcmp(actual, restored(r, p), elements * 2) == 0) continue;
+        if (restored_matches(actual, r, p, elements)) continue;
         bad_token = i;
         bad_row = r;
         break;
@@ -159,7 +174,10 @@ Status SimRunner::verify_samples(std::span<const SlotId> slots, std::span<const 
       std::memcpy(actual.data(), plane + static_cast<size_t>(slots[i]) * elements, sample_bytes);
       const size_t p = pattern(hashes[i], r);
       if (actual == expected[p]) continue;
-      if (l2_ && actual == expected[patterns * static_cast<size_t>(rows_per_token_) + p]) continue;
+      bool restored = false;
+      for (int rung = 0; rung < rungs_ && !restored; ++rung)
+        restored = actual == expected[static_cast<size_t>(1 + rung) * patterns * static_cast<size_t>(rows_per_token_) + p];
+      if (restored) continue;
       bad_token = i;
       bad_row = r;
       break;

@@ -12,17 +12,6 @@ namespace hiq {
 
 namespace {
 
-int value_bits(CodecKind codec) {
-  switch (codec) {
-    case CodecKind::kBf16: return 16;
-    case CodecKind::kInt8:
-    case CodecKind::kFp8: return 8;
-    case CodecKind::kInt4:
-    case CodecKind::kInt4H: return 4;
-  }
-  return 16;
-}
-
 constexpr std::string_view kTiered = "tiered:";
 
 }  // namespace
@@ -38,7 +27,7 @@ Status parse_host_codec(std::string_view spec, HostKvPoolOptions& options) {
   while (true) {
     const size_t comma = rest.find(',');
     HIQ_ASSIGN_OR_RETURN(const CodecKind codec, parse_codec(rest.substr(0, comma)));
-    if (!ladder.empty() && value_bits(codec) >= value_bits(ladder.back()))
+    if (!ladder.empty() && codec_value_bits(codec) >= codec_value_bits(ladder.back()))
       return invalid_argument("'" + std::string(spec) + "': each rung of a ladder must have fewer bits per value " +
                               "than the one before (" + std::string(codec_name(codec)) + " after " +
                               std::string(codec_name(ladder.back())) + ")");
@@ -84,8 +73,8 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
                             " (use --hicache-codec bf16, which copies rows unchanged)");
   std::vector<KvCodecs> codecs = {options.codec};
   for (CodecKind c : options.demotion) {
-    const int above = std::min(value_bits(codecs.back().k), value_bits(codecs.back().v));
-    if (value_bits(c) >= above)
+    const int above = std::min(codec_value_bits(codecs.back().k), codec_value_bits(codecs.back().v));
+    if (codec_value_bits(c) >= above)
       return invalid_argument("--hicache-codec " + host_codec_name(options) +
                               ": each rung must have fewer bits per value than the one before");
     codecs.emplace_back(c);
@@ -133,6 +122,13 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
   HIQ_ASSIGN_OR_RETURN(MappedRegion memory, MappedRegion::reserve(tokens * bytes_per_token, options.populate));
   return std::unique_ptr<HostKvPool>(
       new HostKvPool(geometry, std::move(rungs), tokens, granules, granule, order, std::move(memory)));
+}
+
+std::string HostKvPool::codec_spec() const {
+  HostKvPoolOptions options;
+  options.codec = codec(0);
+  for (int r = 1; r < rungs(); ++r) options.demotion.push_back(codec(r).k);
+  return host_codec_name(options);
 }
 
 std::byte* HostKvPool::plane(int layer, KvPart part, int rung) {

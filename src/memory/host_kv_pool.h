@@ -86,6 +86,8 @@ class HostKvPool {
   int rungs() const { return static_cast<int>(rungs_.size()); }
   bool tiered() const { return rungs() > 1; }
   KvCodecs codec(int rung = 0) const { return rung_(rung).codec; }
+  // The --hicache-codec spelling: "int8", "k=int8,v=int4h", "tiered:int8,int4h".
+  std::string codec_spec() const;
   const RecordLayout& layout(KvPart part, int rung = 0) const {
     return part == KvPart::kK ? rung_(rung).k : rung_(rung).v;
   }

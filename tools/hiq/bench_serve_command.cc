@@ -66,7 +66,8 @@ Result<std::vector<TierConfig>> parse_compare(const std::string& list, int64_t d
     } else {
       const size_t slash = item.find('/');
       c.codec = item.substr(0, slash);
-      HIQ_RETURN_IF_ERROR(parse_kv_codecs(c.codec).status().with_context("--compare " + item));
+      HostKvPoolOptions parsed;
+      HIQ_RETURN_IF_ERROR(parse_host_codec(c.codec, parsed).with_context("--compare " + item));
       c.record_align = default_align;
       if (slash != std::string::npos) {
         const std::string align = item.substr(slash + 1);
@@ -116,7 +117,7 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
   out["server"] = {{"device", stack->device()},
                    {"l1_slots", stack->context_tokens()},
                    {"l1_free_slots", s.l1_free_slots},
-                   {"l2_codec", l2 ? l2->codec().name() : "none"},
+                   {"l2_codec", l2 ? l2->codec_spec() : "none"},
                    {"l2_record_align", l2 ? l2->layout(KvPart::kK).record_align : 0},
                    {"l2_capacity_tokens", stack->host_capacity_tokens()},
                    {"l2_bytes_per_token", l2 ? l2->bytes_per_token() : 0},

@@ -61,7 +61,8 @@ inline void add_host_tier_flags(CLI::App* app, HostTierFlags& flags) {
   app->add_option("--hicache-write-policy", f->write_policy, "write_through, write_through_selective or write_back")
       ->capture_default_str();
   app->add_option("--hicache-codec", f->codec,
-                  "L2 codec: bf16, int8, fp8, int4, int4h; or one for keys and one for values: k=int8,v=int4h")
+                  "L2 codec: bf16, int8, fp8, int4, int4h; one for keys and one for values: k=int8,v=int4h; or a ladder cold "
+                  "nodes are demoted down instead of dropped: tiered:int8,int4h")
       ->capture_default_str();
   app->add_option("--record-align", f->record_align, "Pad L2 records to a multiple of this many bytes")
       ->capture_default_str();
@@ -82,9 +83,7 @@ inline Result<size_t> record_align_option(int64_t record_align) {
 // override one another are refused, naming both.
 inline Result<HostKvPoolOptions> host_tier_options(const HostTierFlags& f) {
   HostKvPoolOptions o;
-  auto codec = parse_kv_codecs(f.codec);
-  if (!codec) return codec.status().with_context("--hicache-codec");
-  o.codec = *codec;
+  HIQ_RETURN_IF_ERROR(parse_host_codec(f.codec, o).with_context("--hicache-codec"));
   HIQ_ASSIGN_OR_RETURN(o.record_align, record_align_option(f.record_align));
   if (f.tokens < 0) return invalid_argument("--hicache-tokens must not be negative");
   o.capacity_tokens = static_cast<uint64_t>(f.tokens);

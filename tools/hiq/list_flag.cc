@@ -59,6 +59,20 @@ std::vector<std::string> join_kv_codec_items(const std::vector<std::string>& ite
   const auto part_of = [](const std::string& item) { return item.size() > 1 && item[1] == '=' ? item[0] : '\0'; };
   std::vector<std::string> out;
   for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].starts_with("tiered:")) {
+      std::string ladder = items[i];
+      // A suffix such as "/128" ends the ladder.
+      const auto codec_of = [](std::string_view item) { return parse_codec(item.substr(0, item.find('/'))); };
+      auto last = codec_of(std::string_view(ladder).substr(ladder.find(':') + 1));
+      while (last && ladder.find('/') == std::string::npos && i + 1 < items.size()) {
+        const auto next = codec_of(items[i + 1]);
+        if (!next || codec_value_bits(*next) >= codec_value_bits(*last)) break;
+        ladder += "," + items[++i];
+        last = next;
+      }
+      out.push_back(ladder);
+      continue;
+    }
     const char part = part_of(items[i]);
     if (part != '\0' && i + 1 < items.size() && part_of(items[i + 1]) != '\0' && part_of(items[i + 1]) != part) {
       out.push_back(items[i] + "," + items[i + 1]);

@@ -5,6 +5,8 @@
 // without a GPU.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "cuda/device.h"
 #include "gpu_test_policy.h"
 #include "engine/simulation.h"
@@ -66,6 +68,36 @@ TEST_P(GpuSimulation, EveryReadCheckedAndTheSameDecisionsAsTheCpuBackend) {
 
 INSTANTIATE_TEST_SUITE_P(AllCodecs, GpuSimulation, ::testing::ValuesIn(kAllCodecs),
                          [](const ::testing::TestParamInfo<CodecKind>& p) { return std::string(codec_name(p.param)); });
+
+// A precision-tiered L2 too small for the working set: nodes are demoted
+// (int8 → int4h, or bf16 → int8 → int4h) and restored from the rungs they
+// reached; the GPU decodes each slot with its rung's codec.
+TEST(GpuSimulationTiered, RestoresFromEveryRungAreRightAndAsTheCpuBackendDecides) {
+  HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
+  for (const char* spec : {"tiered:int8,int4h", "tiered:bf16,int8,int4h"}) {
+    SCOPED_TRACE(spec);
+    const auto make = [&](SimBackend backend) {
+      SimulationConfig c = config(backend, CodecKind::kInt8);
+      EXPECT_TRUE(parse_host_codec(spec, c.host).is_ok());
+      c.host.size_bytes = 1200 * c.geometry.l1_bytes_per_token();  // BF16 L2 of 1× L1
+      return c;
+    };
+    auto gpu = run_simulation(make(SimBackend::kCuda), workload());
+    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+    auto cpu = run_simulation(make(SimBackend::kCpu), workload());
+    ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
+    EXPECT_EQ(gpu->restore_failures + gpu->backup_failures, 0u);
+    EXPECT_EQ(gpu->verified_tokens, gpu->cached_l1_tokens + gpu->cached_l2_tokens);
+    ASSERT_GE(gpu->restored_rung_tokens.size(), 2u);
+    EXPECT_GT(gpu->restored_rung_tokens.back(), 0u) << "nothing restored from the last rung";
+    for (size_t rung = 0; rung < gpu->restored_rung_tokens.size(); ++rung)
+      std::printf("%s: restored from rung %zu: %llu tokens\n", spec, rung,
+                  static_cast<unsigned long long>(gpu->restored_rung_tokens[rung]));
+    EXPECT_EQ(gpu->hit_rate, cpu->hit_rate);
+    EXPECT_EQ(gpu->restored_rung_tokens, cpu->restored_rung_tokens);
+    EXPECT_EQ(gpu->demoted_rung_tokens, cpu->demoted_rung_tokens);
+  }
+}
 
 TEST(GpuSimulationFaults, FailedRestoresAreRecomputedNeverServed) {
   HIQ_SKIP_OR_FAIL_WITHOUT_GPU();

@@ -67,6 +67,35 @@ TEST(Simulation, HostTierRaisesHitRateAndSmallerCodecsHoldMore) {
   EXPECT_DOUBLE_EQ(bf16->l2_bytes_per_token, 4.0 * 2 * 2 * 32 * 2);
 }
 
+// An L2 that holds the working set in int4h but not in int8: the ladder
+// int8 → int4h demotes instead of dropping, so it hits as often as int4h
+// and more than int8, restores from the demoted rung, and every restored
+// row is checked against its rung's round trip.
+TEST(Simulation, TieredHostTierHitsAsTheSmallestRungAndServesEveryRungChecked) {
+  const auto run = [](const char* codec) {
+    SimulationConfig c = small_config(CodecKind::kInt8, true);
+    EXPECT_TRUE(parse_host_codec(codec, c.host).is_ok());
+    c.host.size_bytes = 400 * c.geometry.l1_bytes_per_token();  // BF16 L2 of 1× L1
+    c.verify_every_read = true;
+    c.cache.demotion_threads = 2;
+    auto report = run_simulation(c, small_workload(12));
+    EXPECT_TRUE(report.is_ok()) << report.status().to_string();
+    return report.is_ok() ? *report : SimulationReport{};
+  };
+  const SimulationReport int8 = run("int8"), int4h = run("int4h"), tiered = run("tiered:int8,int4h");
+  EXPECT_EQ(tiered.verified_tokens, tiered.cached_l1_tokens + tiered.cached_l2_tokens);
+  EXPECT_EQ(tiered.restore_failures, 0u);
+  ASSERT_EQ(tiered.restored_rung_tokens.size(), 2u);
+  EXPECT_EQ(tiered.restored_rung_tokens[0] + tiered.restored_rung_tokens[1], tiered.restored_tokens);
+  EXPECT_GT(tiered.restored_rung_tokens[1], 0u);
+  EXPECT_GT(tiered.demoted_rung_tokens[1], 0u);
+  EXPECT_GT(int4h.hit_rate, int8.hit_rate) << "the case must separate the codecs";
+  EXPECT_GT(tiered.hit_rate, int8.hit_rate);
+  EXPECT_GE(tiered.hit_rate, int4h.hit_rate);
+  // Deterministic whatever the demotion threads do.
+  EXPECT_EQ(run("tiered:int8,int4h").hit_rate, tiered.hit_rate);
+}
+
 TEST(Simulation, RequestThatCanNeverFitIsRejectedWithAReason) {
   SimulationConfig c = small_config(CodecKind::kInt8, true);
   c.max_total_tokens = 40;  // smaller than one prompt

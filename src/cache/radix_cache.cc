@@ -439,18 +439,23 @@ bool RadixCache::make_l2_room(size_t tokens) {
 }
 
 bool RadixCache::demotable(const RadixNode* node) const {
-  return node != root_.get() && node->host_only() && node->transfer == NodeTransfer::kNone && node->lock_ref == 0 &&
-         l2_->rung_of(node->l2.front()) + 1 < l2_->rungs() && !l2_->any_pinned(node->l2);
+  // A lock on a host-only node means a restore is coming; on an L1 node it
+  // keeps the L1 copy, while its L2 copy, unread meanwhile, may change.
+  return node != root_.get() && node->in_l2() && node->transfer == NodeTransfer::kNone &&
+         (!node->l1.empty() || node->lock_ref == 0) && l2_->rung_of(node->l2.front()) + 1 < l2_->rungs() &&
+         !l2_->any_pinned(node->l2);
 }
 
 uint64_t RadixCache::start_demotions(uint64_t bytes) {
-  std::vector<std::pair<uint64_t, RadixNode*>> candidates;  // least recently used first
+  // Host-only nodes first, least recently used first; then the L2 copies of
+  // nodes still in L1 (read only once L1 lets them go).
+  std::vector<std::tuple<bool, uint64_t, RadixNode*>> candidates;
   for_each_below(root_.get(), [&](RadixNode* n) {
-    if (demotable(n)) candidates.emplace_back(n->last_access, n);
+    if (demotable(n)) candidates.emplace_back(!n->l1.empty(), n->last_access, n);
   });
   std::sort(candidates.begin(), candidates.end());
   uint64_t planned = 0;
-  for (const auto& [_, n] : candidates) {
+  for (const auto& [in_l1, _, n] : candidates) {
     if (planned >= bytes) break;
     const int rung = l2_->rung_of(n->l2.front());
     DemotionJob job{n->l2, l2_->demoted_slots(n->l2, rung, rung + 1), rung, rung + 1};

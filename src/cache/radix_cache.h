@@ -18,7 +18,8 @@
 // node's records in one codec of a ladder. Backups write rung 0; when the
 // pool runs low, the least recently used host-only nodes are re-encoded one
 // rung down (transfer/demotion_engine.h, on host threads) instead of being
-// dropped, and the bytes they no longer need are freed. A node is dropped
+// dropped, and the bytes they no longer need are freed; then the L2 copies
+// of nodes still in L1, which nothing reads until L1 lets them go. A node is dropped
 // only once nothing above the last rung can be demoted. Demotion runs ahead
 // of need: poll_transfers() starts it while less than demotion_watermark of
 // the pool is free, so an allocation rarely waits; when one must, it waits

@@ -147,6 +147,11 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
     report.l1_eviction_waits = cs.l1_eviction_waits;
     report.l2_used_tokens = cache.l2_tokens();
     report.scheduler = scheduler.stats();
+    for (int rung = 0; l2 != nullptr && l2->tiered() && rung < l2->rungs(); ++rung) {
+      report.restored_rung_tokens.push_back(cs.load_back_rung_tokens[rung]);
+      report.demoted_rung_tokens.push_back(rung == 0 ? cs.backup_tokens : cs.demoted_tokens[rung]);
+    }
+    report.demotion_waits = cs.demotion_waits;
   }
   if (l2) {
     report.l2_capacity_tokens = l2->capacity_tokens();

@@ -427,7 +427,7 @@ bool RadixCache::make_l2_room(size_t tokens) {
     // Demotions in flight first; then more of them. Either way the
     // allocation waits, which demote_ahead() exists to make rare. When none
     // freed anything (all failed), fall through to dropping.
-    if (!demotions_.empty() || start_demotions(need) > 0) {
+    if (!demotions_.empty() || start_demotions(need, /*l1_copies=*/true) > 0) {
       ++stats_.demotion_waits;
       if (settle_demotions() > 0) return true;
     }
@@ -446,16 +446,29 @@ bool RadixCache::demotable(const RadixNode* node) const {
          !l2_->any_pinned(node->l2);
 }
 
-uint64_t RadixCache::start_demotions(uint64_t bytes) {
+uint64_t RadixCache::start_demotions(uint64_t bytes, bool l1_copies) {
   // Host-only nodes first, least recently used first; then the L2 copies of
-  // nodes still in L1 (read only once L1 lets them go).
-  std::vector<std::tuple<bool, uint64_t, RadixNode*>> candidates;
+  // nodes still in L1 (read only once L1 lets them go). Nodes accessed at
+  // the same tick lie on one path: the deeper, less shared, goes first.
+  struct Candidate {
+    bool in_l1;
+    uint64_t last_access;
+    size_t depth;  // tokens from the root to the node's end
+    RadixNode* node;
+  };
+  std::vector<Candidate> candidates;
   for_each_below(root_.get(), [&](RadixNode* n) {
-    if (demotable(n)) candidates.emplace_back(!n->l1.empty(), n->last_access, n);
+    if (!demotable(n) || (!l1_copies && !n->l1.empty())) return;
+    size_t depth = 0;
+    for (const RadixNode* p = n; p != root_.get(); p = p->parent) depth += p->size();
+    candidates.push_back({!n->l1.empty(), n->last_access, depth, n});
   });
-  std::sort(candidates.begin(), candidates.end());
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.in_l1, a.last_access, b.depth) < std::tie(b.in_l1, b.last_access, a.depth);
+  });
   uint64_t planned = 0;
-  for (const auto& [in_l1, _, n] : candidates) {
+  for (const Candidate& c : candidates) {
+    RadixNode* n = c.node;
     if (planned >= bytes) break;
     const int rung = l2_->rung_of(n->l2.front());
     DemotionJob job{n->l2, l2_->demoted_slots(n->l2, rung, rung + 1), rung, rung + 1};
@@ -502,7 +515,7 @@ uint64_t RadixCache::settle_demotions() {
 void RadixCache::demote_ahead() {
   const auto low = static_cast<uint64_t>(options_.demotion_watermark * static_cast<double>(l2_->reserved_bytes()));
   const uint64_t expected_free = l2_->free_bytes() + demotion_pending_bytes_;
-  if (expected_free < low) start_demotions(2 * low - expected_free);
+  if (expected_free < low) start_demotions(2 * low - expected_free, /*l1_copies=*/false);
 }
 
 bool RadixCache::l1_evictable(const RadixNode* node) const {

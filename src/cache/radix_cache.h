@@ -18,8 +18,9 @@
 // node's records in one codec of a ladder. Backups write rung 0; when the
 // pool runs low, the least recently used host-only nodes are re-encoded one
 // rung down (transfer/demotion_engine.h, on host threads) instead of being
-// dropped, and the bytes they no longer need are freed; then the L2 copies
-// of nodes still in L1, which nothing reads until L1 lets them go. A node is dropped
+// dropped, and the bytes they no longer need are freed; when an allocation
+// needs room at once, then the L2 copies of nodes still in L1, which
+// nothing reads until L1 lets them go. A node is dropped
 // only once nothing above the last rung can be demoted. Demotion runs ahead
 // of need: poll_transfers() starts it while less than demotion_watermark of
 // the pool is free, so an allocation rarely waits; when one must, it waits
@@ -297,7 +298,11 @@ class RadixCache {
   Result<std::vector<SlotId>> allocate_l1(size_t tokens);
   // Demotion (a tiered pool). Starts demoting the least recently used
   // eligible nodes until `bytes` will be freed; the bytes it will free.
-  uint64_t start_demotions(uint64_t bytes);
+  // Host-only nodes only, or (l1_copies) then the L2 copies of L1 nodes.
+  // Demoting ahead takes host-only nodes alone: which L1 nodes' backups have
+  // completed when a poll runs is a matter of timing, and its choices must
+  // not be (the simulator is deterministic).
+  uint64_t start_demotions(uint64_t bytes, bool l1_copies);
   bool demotable(const RadixNode* node) const;
   void apply_demotion(Ticket ticket, const Status& status);
   // Waits for every demotion in flight and applies it; the bytes freed.

@@ -220,7 +220,6 @@ void encode_rows_indexed(const RecordLayout& layout, const uint16_t* src_plane, 
   const auto encode = kernels_for(layout, impl).encode[codec_detail::codec_index(layout.codec)];
   const size_t row = layout.shape.elements();
   const size_t stride = record_stride != 0 ? record_stride : layout.record_bytes;
-  HIQ_CHECK(stride >= layout.record_bytes);
   CodecStats local;
   for (size_t i = 0; i < src_rows.size(); ++i)
     encode(layout, src_plane + src_rows[i] * row, dst_plane + dst_records[i] * stride, local);
@@ -237,7 +236,6 @@ void decode_rows_indexed(const RecordLayout& layout, const std::byte* src_plane,
   const auto decode = kernels_for(layout, impl).decode[codec_detail::codec_index(layout.codec)];
   const size_t row = layout.shape.elements();
   const size_t stride = record_stride != 0 ? record_stride : layout.record_bytes;
-  HIQ_CHECK(stride >= layout.record_bytes);
   for (size_t i = 0; i < src_records.size(); ++i)
     decode(layout, src_plane + src_records[i] * stride, dst_plane + dst_rows[i] * row);
 }

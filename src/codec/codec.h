@@ -190,11 +190,6 @@ void encode_rows(const RecordLayout& layout, const uint16_t* src, size_t src_row
 void decode_rows(const RecordLayout& layout, const std::byte* src, size_t num_rows, uint16_t* dst,
                  size_t dst_row_stride, CodecImpl impl = CodecImpl::kAuto);
 
-// Gather/scatter forms for the transfer engine: row `src_rows[i]` of a plane of
-// contiguous rows (`shape.elements()` each) is encoded into record
-// `dst_records[i]` of a plane of records `record_stride` bytes apart (0: the
-// record size, contiguous records), and back. The spans must have equal
-// lengths.
 // Re-encodes `n` records of layout `from` into records of layout `to` (both
 // of one row shape), record i at src + i × src_stride into dst + i ×
 // dst_stride (a stride of 0: the record size): the decode of `from`, then
@@ -205,6 +200,13 @@ void transcode_rows(const RecordLayout& from, const std::byte* src, size_t src_s
                     std::byte* dst, size_t dst_stride, size_t n, CodecStats* stats = nullptr,
                     CodecImpl impl = CodecImpl::kAuto);
 
+// Gather/scatter forms for the transfer engine: row `src_rows[i]` of a plane of
+// contiguous rows (`shape.elements()` each) is encoded into record
+// `dst_records[i]` of a plane of records `record_stride` bytes apart (0: the
+// record size, contiguous records), and back. The spans must have equal
+// lengths. The stride may be less than a record (a tiered host pool
+// addresses records by granule): the caller names records that do not
+// overlap.
 void encode_rows_indexed(const RecordLayout& layout, const uint16_t* src_plane, std::span<const uint32_t> src_rows,
                          std::byte* dst_plane, std::span<const uint32_t> dst_records, CodecStats* stats = nullptr,
                          CodecImpl impl = CodecImpl::kAuto, size_t record_stride = 0);

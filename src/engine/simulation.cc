@@ -94,7 +94,13 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
   std::vector<double> ttfts, itls;
   std::unordered_map<uint64_t, double> last_token_at;  // per running request
   {
-    RadixCache cache(*l1, l2.get(), engine.get(), config.cache);
+    // Deterministic: a tiered L2 demotes inline. On threads, which nodes a
+    // demotion pass picks would depend on which earlier ones had finished;
+    // either way the virtual clock does not charge demotion, which runs off
+    // the critical path.
+    RadixCacheOptions cache_options = config.cache;
+    cache_options.demotion_threads = 0;
+    RadixCache cache(*l1, l2.get(), engine.get(), cache_options);
     Scheduler scheduler(cache, *l1, engine.get(), runner, config.scheduler);
     const size_t total = source.total();
     size_t done = 0;

@@ -1,0 +1,267 @@
+// The precision-tiered host tier: the ladder flag, the pool's granules and
+// rungs, the slot allocator against a model of it, in-place demotion, and a
+// transfer that restores tokens of several rungs at once.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "codec/numeric.h"
+#include "kv/model_config.h"
+#include "memory/device_kv_pool.h"
+#include "memory/host_kv_pool.h"
+#include "memory/host_slot_allocator.h"
+#include "transfer/demotion_engine.h"
+#include "transfer/transfer_engine.h"
+
+namespace hiq {
+namespace {
+
+TEST(HostCodecFlag, LaddersDescendInBitsAndRoundTrip) {
+  HostKvPoolOptions o;
+  ASSERT_TRUE(parse_host_codec("tiered:int8,int4h", o).is_ok());
+  EXPECT_EQ(o.codec, KvCodecs(CodecKind::kInt8));
+  EXPECT_EQ(o.demotion, (std::vector<CodecKind>{CodecKind::kInt4H}));
+  EXPECT_EQ(host_codec_name(o), "tiered:int8,int4h");
+  ASSERT_TRUE(parse_host_codec("tiered:bf16,int8,int4h", o).is_ok());
+  EXPECT_EQ(o.demotion.size(), 2u);
+  ASSERT_TRUE(parse_host_codec("k=int8,v=int4h", o).is_ok());
+  EXPECT_TRUE(o.demotion.empty()) << "a plain codec clears an earlier ladder";
+  EXPECT_EQ(host_codec_name(o), "k=int8,v=int4h");
+  for (const char* bad : {"tiered:int8", "tiered:int4h,int8", "tiered:int8,fp8", "tiered:int8,,int4h", "tiered:",
+                          "tiered:int8,int9"}) {
+    const Status st = parse_host_codec(bad, o);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+// Qwen3-8B: int8 74,880 B/token, int4h 41,472: a granule of 1,152 B, 65 and
+// 36 of them a token. Capacity counts rung-0 tokens.
+TEST(TieredPool, GranulesDivideEveryRungAndCapacityCountsTheTopRung) {
+  HostKvPoolOptions o;
+  ASSERT_TRUE(parse_host_codec("tiered:int8,int4h", o).is_ok());
+  o.size_bytes = 100 * 74'880;
+  o.populate = false;
+  auto pool = HostKvPool::create(*resolve_model_geometry("qwen3-8b", {}), o, 1000);
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  HostKvPool& p = **pool;
+  EXPECT_TRUE(p.tiered());
+  EXPECT_EQ(p.rungs(), 2);
+  EXPECT_EQ(p.record_order(), RecordOrder::kTokenMajor);
+  EXPECT_EQ(p.granule_bytes(), 1152u);
+  EXPECT_EQ(p.bytes_per_token(0), 74'880u);
+  EXPECT_EQ(p.bytes_per_token(1), 41'472u);
+  EXPECT_EQ(p.capacity_tokens(), 100u);
+  EXPECT_EQ(p.num_slots(), 100u * 65);
+  EXPECT_EQ(p.record_stride(KvPart::kK), 1152u);
+  EXPECT_EQ(p.codec_spec(), "tiered:int8,int4h");
+  // Full of int8, then every token demoted: room for 100 × 65 / 36 int4h tokens.
+  auto top = p.allocate(100, 0);
+  ASSERT_TRUE(top.is_ok());
+  EXPECT_EQ(p.free_tokens(0), 0u);
+  ASSERT_TRUE(p.shrink(*top, 1).is_ok());
+  EXPECT_EQ(p.used_tokens(1), 100u);
+  EXPECT_EQ(p.free_bytes(), 100u * (74'880 - 41'472));
+  auto more = p.allocate(p.free_tokens(1), 1);
+  ASSERT_TRUE(more.is_ok()) << more.status().to_string();
+  EXPECT_EQ(100 + more->size(), 100u * 65 / 36);
+  EXPECT_TRUE(p.check_slots().is_ok());
+}
+
+// The allocator against a model: every allocated token's granules, rung and
+// pins, through random allocations of every rung, frees, pins and shrinks.
+TEST(HostSlotAllocator, RandomisedAgainstAModel) {
+  const std::vector<uint32_t> spans = {5, 3, 2};
+  HostSlotAllocator a(600, spans);
+  std::mt19937 rng(7);
+  std::map<SlotId, int> owned;                  // slot → rung
+  std::map<SlotId, int> pins;                   // slot → pins
+  std::vector<std::vector<SlotId>> groups;      // allocations (nodes), token order
+  size_t failures = 0, shrinks = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const auto action = rng() % 8;
+    if (action < 3) {
+      const int rung = static_cast<int>(rng() % 3);
+      const size_t n = 1 + rng() % 12;
+      const uint64_t free_before = a.free_granules();
+      auto slots = a.allocate(n, rung);
+      if (!slots) {
+        ++failures;
+        ASSERT_EQ(a.free_granules(), free_before) << "a failed allocation took granules";
+        continue;
+      }
+      ASSERT_EQ(slots->size(), n);
+      for (SlotId s : *slots) {
+        ASSERT_TRUE(owned.emplace(s, rung).second) << "slot " << s << " handed out twice";
+        ASSERT_EQ(a.rung_of(s), rung);
+      }
+      groups.push_back(*slots);
+    } else if (action < 5 && !groups.empty()) {
+      const size_t g = rng() % groups.size();
+      for (SlotId s : groups[g]) owned.erase(s);
+      ASSERT_TRUE(a.free(groups[g]).is_ok());
+      groups.erase(groups.begin() + static_cast<std::ptrdiff_t>(g));
+    } else if (action == 5 && !groups.empty()) {
+      const size_t g = rng() % groups.size();
+      const int rung = a.rung_of(groups[g].front());
+      if (rung + 1 >= 3 || a.any_pinned(groups[g])) continue;
+      const std::vector<SlotId> moved = HostSlotAllocator::compacted(groups[g], spans[rung], spans[rung + 1]);
+      ASSERT_TRUE(a.shrink(groups[g], rung + 1).is_ok());
+      for (SlotId s : groups[g]) owned.erase(s);
+      for (SlotId s : moved) owned.emplace(s, rung + 1);
+      groups[g] = moved;
+      ++shrinks;
+    } else if (action == 6 && !groups.empty()) {
+      const auto& g = groups[rng() % groups.size()];
+      ASSERT_TRUE(a.pin(std::span(g).first(1)).is_ok());
+      ++pins[g.front()];
+    } else if (!pins.empty()) {
+      const SlotId s = pins.begin()->first;
+      ASSERT_TRUE(a.unpin(std::span(&s, 1)).is_ok());
+      if (--pins.begin()->second == 0) pins.erase(pins.begin());
+    }
+    // The model: no two tokens' granules overlap, and the counts agree.
+    uint64_t granules = 0;
+    SlotId end = 0;
+    for (const auto& [s, rung] : owned) {
+      ASSERT_GE(s, end) << "tokens overlap at " << s;
+      end = s + spans[static_cast<size_t>(rung)];
+      granules += spans[static_cast<size_t>(rung)];
+    }
+    ASSERT_EQ(a.used_tokens(), owned.size());
+    ASSERT_LE(granules, 600 - a.free_granules()) << "released (pinned) slots still hold theirs";
+    const Status st = a.check();
+    ASSERT_TRUE(st.is_ok()) << "step " << step << ": " << st.to_string();
+  }
+  EXPECT_GT(failures, 0u) << "the region never filled";
+  EXPECT_GT(shrinks, 100u);
+  for (const auto& g : groups) ASSERT_TRUE(a.free(g).is_ok());
+  for (const auto& [s, n] : pins)
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(a.unpin(std::span(&s, 1)).is_ok());
+  EXPECT_EQ(a.free_granules(), 600u);
+  EXPECT_EQ(a.used_tokens(), 0u);
+}
+
+TEST(HostSlotAllocator, BadFreesShrinksAndPinsChangeNothing) {
+  HostSlotAllocator a(100, {4, 2});
+  auto slots = *a.allocate(3, 0);
+  EXPECT_EQ(a.free(std::vector<SlotId>{slots[0], slots[0]}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a.free(std::vector<SlotId>{slots[0] + 1}).code(), StatusCode::kFailedPrecondition) << "inside a token";
+  EXPECT_EQ(a.shrink(slots, 0).code(), StatusCode::kFailedPrecondition) << "not a lower rung";
+  ASSERT_TRUE(a.pin(std::span(slots).first(1)).is_ok());
+  EXPECT_EQ(a.shrink(slots, 1).code(), StatusCode::kFailedPrecondition) << "pinned";
+  EXPECT_EQ(a.unpin(std::span(slots).subspan(1, 1)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a.used_tokens(), 3u);
+  EXPECT_TRUE(a.check().is_ok());
+  // A pinned slot freed by its owner is released, and free at its last unpin.
+  ASSERT_TRUE(a.free(slots).is_ok());
+  EXPECT_EQ(a.released_pinned_count(), 1u);
+  EXPECT_EQ(a.free_granules(), 96u);
+  ASSERT_TRUE(a.unpin(std::span(slots).first(1)).is_ok());
+  EXPECT_EQ(a.free_granules(), 100u);
+  EXPECT_TRUE(a.check().is_ok());
+}
+
+KvGeometry small_geometry() {
+  return *geometry_from_config_json(
+      R"({"model_type": "qwen3", "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "head_dim": 64})",
+      "small");
+}
+
+void fill_rows(DeviceKvPool& l1, std::span<const SlotId> slots, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int layer = 0; layer < l1.geometry().num_layers; ++layer)
+    for (KvPart part : {KvPart::kK, KvPart::kV})
+      for (SlotId s : slots) {
+        uint16_t* row = l1.row(layer, part, s);
+        for (size_t i = 0; i < l1.row_elements(part); ++i) row[i] = numeric::float_to_bf16(normal(rng));
+      }
+}
+
+// Demotes in place, then restores a prefix whose tokens lie on two rungs in
+// one load: each token is its rung's round trip, rung 1's of rung 0's.
+TEST(Demotion, InPlaceRecordsDecodeAsTheLowerRungsRoundTripInAMixedLoad) {
+  const KvGeometry g = small_geometry();
+  auto l1 = *make_host_memory_device_pool(g, 64);
+  HostKvPoolOptions o;
+  ASSERT_TRUE(parse_host_codec("tiered:bf16,int8,int4h", o).is_ok());
+  o.capacity_tokens = 48;
+  auto l2 = *HostKvPool::create(g, o, 64);
+  auto engine = *make_cpu_transfer_engine(*l1, *l2);
+
+  const auto l1_slots = *l1->allocator().allocate(24);
+  fill_rows(*l1, l1_slots, 3);
+  auto a = *l2->allocate(8, 0), b = *l2->allocate(8, 0), c = *l2->allocate(8, 0);
+  std::vector<SlotId> all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  all.insert(all.end(), c.begin(), c.end());
+  ASSERT_TRUE(engine->wait(*engine->backup(l1_slots, all)).is_ok());
+  engine->poll();
+
+  // b down one rung, c down two, through the engine on threads.
+  DemotionEngine demoter(*l2, {.threads = 2, .codec_impl = CodecImpl::kAuto, .before_job = {}});
+  const auto demote = [&](std::vector<SlotId>& slots, int from) {
+    DemotionJob job{slots, l2->demoted_slots(slots, from, from + 1), from, from + 1};
+    const Ticket t = demoter.submit(job);
+    ASSERT_TRUE(demoter.wait(t).is_ok());
+    ASSERT_TRUE(l2->shrink(slots, from + 1).is_ok());
+    slots = job.to;
+  };
+  demote(b, 0);
+  demote(c, 0);
+  demote(c, 1);
+  EXPECT_EQ(demoter.stats().jobs, 3u);
+  EXPECT_TRUE(l2->check_slots().is_ok());
+
+  // One load of a (bf16), b (int8) and c (int4h) together.
+  std::vector<SlotId> sources = a;
+  sources.insert(sources.end(), b.begin(), b.end());
+  sources.insert(sources.end(), c.begin(), c.end());
+  const auto restored = *l1->allocator().allocate(24);
+  ASSERT_TRUE(engine->wait(*engine->load(sources, restored)).is_ok());
+
+  std::vector<std::byte> record(8192);
+  for (int layer = 0; layer < g.num_layers; ++layer)
+    for (KvPart part : {KvPart::kK, KvPart::kV})
+      for (size_t i = 0; i < 24; ++i) {
+        const int rung = i < 8 ? 0 : i < 16 ? 1 : 2;
+        const size_t n = l1->row_elements(part);
+        std::vector<uint16_t> expected(l1->row(layer, part, l1_slots[i]), l1->row(layer, part, l1_slots[i]) + n);
+        for (int r = 0; r <= rung; ++r) {
+          encode_rows(l2->layout(part, r), expected.data(), n, 1, record.data());
+          decode_rows(l2->layout(part, r), record.data(), 1, expected.data(), n);
+        }
+        ASSERT_EQ(std::memcmp(l1->row(layer, part, restored[i]), expected.data(), n * 2), 0)
+            << "token " << i << " (rung " << rung << "), layer " << layer;
+      }
+  const TransferStats ts = engine->stats();
+  EXPECT_EQ(ts.load_bytes, 8 * (l2->bytes_per_token(0) + l2->bytes_per_token(1) + l2->bytes_per_token(2)));
+}
+
+TEST(Demotion, AFailedJobWritesNothing) {
+  const KvGeometry g = small_geometry();
+  HostKvPoolOptions o;
+  ASSERT_TRUE(parse_host_codec("tiered:int8,int4h", o).is_ok());
+  o.capacity_tokens = 16;
+  auto l2 = *HostKvPool::create(g, o, 16);
+  auto slots = *l2->allocate(8, 0);
+  std::mt19937 rng(1);
+  std::byte* base = l2->plane(0, KvPart::kK);
+  for (size_t i = 0; i < l2->reserved_bytes(); ++i) base[i] = static_cast<std::byte>(rng());
+  const std::vector<std::byte> before(base, base + l2->reserved_bytes());
+  DemotionEngine demoter(*l2, {.threads = 0, .codec_impl = CodecImpl::kAuto,
+                               .before_job = [](Ticket) { return unavailable("injected"); }});
+  const Ticket t = demoter.submit({slots, l2->demoted_slots(slots, 0, 1), 0, 1});
+  EXPECT_EQ(demoter.wait(t).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(std::memcmp(base, before.data(), before.size()), 0);
+  EXPECT_EQ(demoter.stats().failed_jobs, 1u);
+  EXPECT_EQ(demoter.poll().size(), 1u);
+  EXPECT_EQ(demoter.wait(t).code(), StatusCode::kNotFound) << "handed back by poll";
+}
+
+}  // namespace
+}  // namespace hiq

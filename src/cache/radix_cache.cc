@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/log.h"
 
 namespace hiq {
 
@@ -421,21 +422,24 @@ Result<std::vector<SlotId>> RadixCache::allocate_l2(size_t tokens) {
 }
 
 bool RadixCache::make_l2_room(size_t tokens) {
-  if (demoter_) {
-    const uint64_t wanted = uint64_t{tokens} * l2_->bytes_per_token();
-    const uint64_t need = wanted > l2_->free_bytes() ? wanted - l2_->free_bytes() : l2_->bytes_per_token();
-    // Demotions in flight first; then more of them. Either way the
-    // allocation waits, which demote_ahead() exists to make rare. When none
-    // freed anything (all failed), fall through to dropping.
-    if (!demotions_.empty() || start_demotions(need, /*l1_copies=*/true) > 0) {
-      ++stats_.demotion_waits;
-      if (settle_demotions() > 0) return true;
-    }
-  }
   const size_t free = l2_->free_tokens();
   // Past the count, the free space may be in runs too short for a token:
   // dropping anything joins some of them.
-  return evict_l2(tokens > free ? tokens - free : page_size_) > 0;
+  const size_t short_by = tokens > free ? tokens - free : page_size_;
+  if (demoter_) {
+    const uint64_t wanted = uint64_t{short_by} * l2_->bytes_per_token();
+    const auto settle_oldest = [&] {
+      ++stats_.demotion_waits;
+      const uint64_t before = l2_->free_bytes();
+      settle_now(demotions_.front().nodes.front());
+      return l2_->free_bytes() > before;  // false: it failed
+    };
+    // Demote before any drop: a demotion under way, the oldest, is waited
+    // for; else more are started. When one fails, fall through to dropping.
+    if (!demotions_.empty() && settle_oldest()) return true;
+    if (start_demotions(wanted, /*l1_copies=*/true) > 0 && settle_oldest()) return true;
+  }
+  return evict_l2(short_by) > 0;
 }
 
 bool RadixCache::demotable(const RadixNode* node) const {
@@ -515,7 +519,7 @@ uint64_t RadixCache::settle_demotions() {
 void RadixCache::demote_ahead() {
   const auto low = static_cast<uint64_t>(options_.demotion_watermark * static_cast<double>(l2_->reserved_bytes()));
   const uint64_t expected_free = l2_->free_bytes() + demotion_pending_bytes_;
-  if (expected_free < low) start_demotions(2 * low - expected_free, /*l1_copies=*/false);
+  if (expected_free < low) start_demotions(2 * low - expected_free, /*l1_copies=*/true);
 }
 
 bool RadixCache::l1_evictable(const RadixNode* node) const {
@@ -794,6 +798,9 @@ size_t RadixCache::settle_now(RadixNode* node) {
 void RadixCache::apply(const Completion& completion) {
   auto it = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& e) { return e.first == completion.ticket; });
   if (it == inflight_.end()) return;  // already settled (write-back waits for its own backups)
+  if (!completion.status.is_ok() && stats_.backup_failures + stats_.load_back_failures == 0)
+    log(LogLevel::kWarning, "cache",
+        "a transfer failed (its KV is recomputed; later failures are only counted): " + completion.status.to_string());
   const bool backed_up = completion.status.is_ok() && !it->second.empty() &&
                          it->second.front()->transfer == NodeTransfer::kBackup;
   const std::vector<RadixNode*> nodes = std::move(it->second);
@@ -807,11 +814,14 @@ void RadixCache::apply(const Completion& completion) {
 
 void RadixCache::poll_transfers() {
   if (!engine_) return;
-  for (const Completion& c : engine_->poll()) apply(c);
+  // Demoting ahead picks among nodes whose backups had completed when the
+  // last poll ran, not those this poll happens to find complete: its
+  // choices are then independent of timing (the simulator is deterministic).
   if (demoter_) {
     for (const DemotionCompletion& c : demoter_->poll()) apply_demotion(c.ticket, c.status);
     demote_ahead();
   }
+  for (const Completion& c : engine_->poll()) apply(c);
 }
 
 void RadixCache::drain_transfers() {

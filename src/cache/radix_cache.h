@@ -18,13 +18,13 @@
 // node's records in one codec of a ladder. Backups write rung 0; when the
 // pool runs low, the least recently used host-only nodes are re-encoded one
 // rung down (transfer/demotion_engine.h, on host threads) instead of being
-// dropped, and the bytes they no longer need are freed; when an allocation
-// needs room at once, then the L2 copies of nodes still in L1, which
-// nothing reads until L1 lets them go. A node is dropped
-// only once nothing above the last rung can be demoted. Demotion runs ahead
-// of need: poll_transfers() starts it while less than demotion_watermark of
-// the pool is free, so an allocation rarely waits; when one must, it waits
-// for the demotions in flight, then demotes more, then drops.
+// dropped, and the bytes they no longer need are freed; then the L2 copies
+// of nodes still in L1, which nothing reads until L1 lets them go. A node
+// is dropped only when no node above the last rung can be demoted.
+// Demotion runs ahead of need: poll_transfers() starts it while less than
+// demotion_watermark of the pool is free, so an allocation rarely waits.
+// One that needs room at once waits for the oldest demotion under way, or
+// starts more and waits for the first, and drops only when none is left.
 //
 // A node keeps its rung until it leaves L2: a hit restores it from its
 // records (a prefix may span nodes of several rungs; the engines decode each
@@ -97,8 +97,8 @@ struct RadixCacheOptions {
   EvictionPolicy eviction = EvictionPolicy::kLru;          // L1 victims; L2 is always LRU
   size_t load_back_min_tokens = 1;                         // shorter host-only matches are recomputed
   // A tiered host pool only:
-  int demotion_threads = 2;          // host threads that re-encode cold nodes (0: inline, for tests)
-  double demotion_watermark = 1.0 / 32;  // demote ahead while less than this fraction of L2 is free
+  int demotion_threads = 4;          // host threads that re-encode cold nodes (0: inline, for tests)
+  double demotion_watermark = 1.0 / 16;  // demote ahead while less than this fraction of L2 is free
   std::function<Status(Ticket)> demotion_hook;  // test hook: DemotionEngineOptions::before_job
 };
 
@@ -299,9 +299,6 @@ class RadixCache {
   // Demotion (a tiered pool). Starts demoting the least recently used
   // eligible nodes until `bytes` will be freed; the bytes it will free.
   // Host-only nodes only, or (l1_copies) then the L2 copies of L1 nodes.
-  // Demoting ahead takes host-only nodes alone: which L1 nodes' backups have
-  // completed when a poll runs is a matter of timing, and its choices must
-  // not be (the simulator is deterministic).
   uint64_t start_demotions(uint64_t bytes, bool l1_copies);
   bool demotable(const RadixNode* node) const;
   void apply_demotion(Ticket ticket, const Status& status);

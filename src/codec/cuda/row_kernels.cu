@@ -159,7 +159,6 @@ Status launch_rows(Direction direction, const RowBatch& batch, const KernelShape
   for (int p = 0; p < batch.num_parts; ++p) {
     const PlaneView& v = batch.parts[p];
     const size_t slot_stride = v.records_slot_stride != 0 ? v.records_slot_stride : v.layout.record_bytes;
-    if (slot_stride < v.layout.record_bytes) return invalid_argument("launch_rows: records overlap (slot stride)");
     b.parts[p] = {v.rows, v.rows_layer_stride, v.records, v.records_layer_stride, slot_stride, device_layout(v.layout)};
     per_warp = std::max(per_warp, scratch_bytes(v.layout, direction));
   }

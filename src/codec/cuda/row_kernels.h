@@ -30,7 +30,8 @@ struct PlaneView {
   size_t rows_layer_stride = 0;       // elements from one layer's plane to the next
   std::byte* records = nullptr;       // record 0 of layer 0 (device memory, or mapped pinned host memory)
   size_t records_layer_stride = 0;    // bytes from one layer's record plane to the next
-  size_t records_slot_stride = 0;     // bytes from one record index to the next (0: layout.record_bytes)
+  size_t records_slot_stride = 0;     // bytes from one record index to the next (0: layout.record_bytes); may be
+                                      // less than a record (a tiered pool's granule): the indices keep records apart
   RecordLayout layout;
 };
 

@@ -391,7 +391,7 @@ void RadixCache::maybe_backup(RadixNode* node) {
 
 void RadixCache::start_backup(RadixNode* node) {
   if (backups_stopped_) return;
-  auto slots = allocate_l2(node->size());
+  auto slots = allocate_l2(node->size(), backup_rung(node->size()));
   if (!slots) {
     stats_.backup_skipped_tokens += node->size();
     return;
@@ -413,21 +413,29 @@ Result<std::vector<SlotId>> RadixCache::allocate_l1(size_t tokens) {
   return l1_.allocator().allocate(tokens);
 }
 
-Result<std::vector<SlotId>> RadixCache::allocate_l2(size_t tokens) {
+int RadixCache::backup_rung(size_t tokens) const {
+  if (!demoter_) return 0;
+  return l2_->free_bytes() >= uint64_t{tokens} * l2_->bytes_per_token(0) ? 0 : l2_->rungs() - 1;
+}
+
+Result<std::vector<SlotId>> RadixCache::allocate_l2(size_t tokens, int rung) {
   HIQ_CHECK(l2_ != nullptr);
   while (true) {
-    auto slots = l2_->allocate(tokens);
-    if (slots || !make_l2_room(tokens)) return slots;
+    auto slots = l2_->allocate(tokens, rung);
+    if (slots || !make_l2_room(tokens, rung)) return slots;
   }
 }
 
-bool RadixCache::make_l2_room(size_t tokens) {
-  const size_t free = l2_->free_tokens();
+bool RadixCache::make_l2_room(size_t tokens, int rung) {
+  const size_t free = l2_->free_tokens(rung);
   // Past the count, the free space may be in runs too short for a token:
   // dropping anything joins some of them.
   const size_t short_by = tokens > free ? tokens - free : page_size_;
   if (demoter_) {
-    const uint64_t wanted = uint64_t{short_by} * l2_->bytes_per_token();
+    // Room at the last rung: the tier is full down to it, and the least
+    // recently used nodes there go, with no wait.
+    if (rung == l2_->rungs() - 1 && evict_l2_from(short_by, rung) > 0) return true;
+    const uint64_t wanted = uint64_t{short_by} * l2_->bytes_per_token(rung);
     const auto settle_oldest = [&] {
       ++stats_.demotion_waits;
       const uint64_t before = l2_->free_bytes();
@@ -630,13 +638,15 @@ size_t RadixCache::evict_l1_settled(size_t tokens) {
   return freed;
 }
 
-size_t RadixCache::evict_l2(size_t tokens) {
+size_t RadixCache::evict_l2(size_t tokens) { return evict_l2_from(tokens, 0); }
+
+size_t RadixCache::evict_l2_from(size_t tokens, int min_rung) {
   if (!l2_) return 0;
   using Entry = std::pair<uint64_t, RadixNode*>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
   const auto evictable = [&](const RadixNode* n) {
     return n != root_.get() && n->host_only() && n->transfer == NodeTransfer::kNone && n->children.empty() &&
-           n->lock_ref == 0;
+           n->lock_ref == 0 && (min_rung == 0 || l2_->rung_of(n->l2.front()) >= min_rung);
   };
   for_each_below(root_.get(), [&](RadixNode* n) {
     if (evictable(n)) heap.push({n->last_access, n});
@@ -712,6 +722,7 @@ void RadixCache::settle(RadixNode* n, bool ok) {
   if (n->transfer == NodeTransfer::kBackup) {
     if (ok) {
       stats_.backup_tokens += size;
+      stats_.backup_rung_tokens[l2_->rung_of(n->l2.front())] += size;
     } else {
       HIQ_CHECK(l2_->free(n->l2).is_ok());
       n->l2.clear();

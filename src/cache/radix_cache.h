@@ -26,6 +26,16 @@
 // One that needs room at once waits for the oldest demotion under way, or
 // starts more and waits for the first, and drops only when none is left.
 //
+// A full tier. A backup is written at rung 0 when the tier has the room
+// free (demoting ahead keeps making some while nodes above the last rung
+// remain), and otherwise at the last rung directly, displacing the least
+// recently used nodes there with no wait. A rung-0 copy would push out more
+// of them than it holds, make the request wait for demotions, and be
+// demoted itself soon after; encoding the L1 KV straight to the last rung
+// is also the more precise (one rounding, not two). So a tier under steady
+// pressure holds what the last rung alone would, and rung 0 holds what
+// arrived while there was room.
+//
 // A node keeps its rung until it leaves L2: a hit restores it from its
 // records (a prefix may span nodes of several rungs; the engines decode each
 // slot with its rung's codec), and its L1 copy is then that codec's round
@@ -120,10 +130,11 @@ struct RadixCacheStats {
   // KV inserted host-only from outside (insert_host: the storage tier), and
   // the tokens of it the tree already held (their slots freed or adopted).
   uint64_t host_inserted_tokens = 0, host_insert_duplicate_tokens = 0;
-  // Tiered host pools: tokens restored from each rung; tokens demoted to
-  // each rung (index 0 unused); allocations that waited for demotion; failed
-  // demotions (their L2 copies freed).
+  // Tiered host pools: tokens restored from each rung; tokens backed up at
+  // each; tokens demoted to each (index 0 unused); allocations that waited
+  // for demotion; failed demotions (nothing changed).
   uint64_t load_back_rung_tokens[kMaxHostRungs] = {};
+  uint64_t backup_rung_tokens[kMaxHostRungs] = {};  // backups written at each rung (a full tier: the last)
   uint64_t demoted_tokens[kMaxHostRungs] = {};
   uint64_t demotion_waits = 0, demotion_failures = 0;
 };
@@ -246,9 +257,9 @@ class RadixCache {
   size_t reclaimable_l1_tokens() const;
   // Frees at least `tokens` L2 slots by dropping unprotected host-only leaves.
   size_t evict_l2(size_t tokens);
-  // `tokens` L2 slots at rung 0, making room as needed: demotion first (a
+  // `tokens` L2 slots at `rung`, making room as needed: demotion first (a
   // tiered pool), then evict_l2. kResourceExhausted when nothing more can go.
-  Result<std::vector<SlotId>> allocate_l2(size_t tokens);
+  Result<std::vector<SlotId>> allocate_l2(size_t tokens, int rung = 0);
 
   // Applies completed transfers (backups become valid, failed ones are undone).
   void poll_transfers();
@@ -306,9 +317,14 @@ class RadixCache {
   uint64_t settle_demotions();
   // Starts demotions while less than demotion_watermark of the pool is free.
   void demote_ahead();
-  // One step toward room for `tokens` at rung 0 (settle, demote, or drop);
+  // One step toward room for `tokens` at `rung` (settle, demote, or drop);
   // false when none is possible.
-  bool make_l2_room(size_t tokens);
+  bool make_l2_room(size_t tokens, int rung);
+  // The rung a backup of `tokens` is written at: 0 when the tier has the
+  // room free, else the last.
+  int backup_rung(size_t tokens) const;
+  // evict_l2 of the nodes at `min_rung` or below it.
+  size_t evict_l2_from(size_t tokens, int min_rung);
   uint64_t tick() { return ++clock_; }
 
   DeviceKvPool& l1_;

@@ -48,21 +48,26 @@ SimRunner::SimRunner(DeviceKvPool& l1, const HostKvPool* l2, TransferEngine* eng
     exact_.push_back(std::move(rows));
   }
   // Through each rung of L2 in turn: rung 0's round trip of the exact rows,
-  // then each lower rung's of the one above (what demotion does).
-  for (int rung = 0; l2 != nullptr && rung < l2->rungs(); ++rung)
+  // then each lower rung's of the one above (what demotion does); and, for a
+  // ladder, the last rung's of the exact rows (a backup a full tier writes
+  // there directly).
+  const int variants = l2 == nullptr ? 0 : l2->rungs() + (l2->tiered() ? 1 : 0);
+  for (int v = 0; v < variants; ++v)
     for (int r = 0; r < rows_per_token_; ++r) {
       const auto part = static_cast<KvPart>(r % parts);
       const size_t n = l1.row_elements(part);
-      const RecordLayout& layout = l2->layout(part, rung);
-      const std::vector<uint16_t>& from =
-          rung == 0 ? exact_[static_cast<size_t>(r)] : restored_[static_cast<size_t>((rung - 1) * rows_per_token_ + r)];
+      const bool direct = v == l2->rungs();
+      const RecordLayout& layout = l2->layout(part, direct ? l2->rungs() - 1 : v);
+      const std::vector<uint16_t>& from = v == 0 || direct
+                                              ? exact_[static_cast<size_t>(r)]
+                                              : restored_[static_cast<size_t>((v - 1) * rows_per_token_ + r)];
       std::vector<std::byte> records(layout.record_bytes * kPatterns);
       std::vector<uint16_t> back(from.size());
       encode_rows(layout, from.data(), n, kPatterns, records.data());
       decode_rows(layout, records.data(), kPatterns, back.data(), n);
       restored_.push_back(std::move(back));
     }
-  rungs_ = l2 != nullptr ? l2->rungs() : 0;
+  rungs_ = variants;
   // The first values of every pattern row, exact then (with L2) restored,
   // zero-padded: a decode step's expected samples, small enough to stay cached.
   const size_t patterns = kPatterns, rows = static_cast<size_t>(rows_per_token_);

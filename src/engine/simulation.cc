@@ -155,7 +155,8 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
     report.scheduler = scheduler.stats();
     for (int rung = 0; l2 != nullptr && l2->tiered() && rung < l2->rungs(); ++rung) {
       report.restored_rung_tokens.push_back(cs.load_back_rung_tokens[rung]);
-      report.demoted_rung_tokens.push_back(rung == 0 ? cs.backup_tokens : cs.demoted_tokens[rung]);
+      report.backup_rung_tokens.push_back(cs.backup_rung_tokens[rung]);
+      report.demoted_rung_tokens.push_back(cs.demoted_tokens[rung]);
     }
     report.demotion_waits = cs.demotion_waits;
   }

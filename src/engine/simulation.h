@@ -65,9 +65,9 @@ struct SimulationReport {
   uint64_t restored_tokens = 0, backup_tokens = 0, l1_evicted_tokens = 0, l2_evicted_tokens = 0;
   uint64_t restore_failures = 0, backup_failures = 0;  // transfers that failed (their tokens were recomputed)
   uint64_t l1_eviction_waits = 0;     // transfers L1 eviction waited for (RadixCacheStats)
-  // A tiered L2: per rung, tokens restored from it and tokens demoted to it
-  // (rung 0's: backups); allocations that waited for demotion.
-  std::vector<uint64_t> restored_rung_tokens, demoted_rung_tokens;
+  // A tiered L2: per rung, tokens restored from it, backed up at it, and
+  // demoted to it (rung 0's: none); allocations that waited for demotion.
+  std::vector<uint64_t> restored_rung_tokens, backup_rung_tokens, demoted_rung_tokens;
   uint64_t demotion_waits = 0;
   uint64_t verified_tokens = 0;       // cached tokens the simulated model checked on read
   double ttft_mean = 0, ttft_p50 = 0, ttft_p99 = 0;  // seconds, virtual

@@ -83,6 +83,8 @@ struct HttpServer::Impl {
   Family<Counter>* backup_tokens = nullptr;
   Family<Counter>* backup_skipped_tokens = nullptr;
   Family<Counter>* evicted_tokens = nullptr;
+  Family<Counter>* host_codec_tokens = nullptr;
+  Family<Counter>* demotion_waits = nullptr;
   Family<Counter>* transfer_bytes = nullptr;
   Family<Counter>* transfer_seconds = nullptr;
   Family<Counter>* storage_blocks = nullptr;
@@ -130,6 +132,12 @@ struct HttpServer::Impl {
     backup_skipped_tokens = *registry.counter("hiq:backup_skipped_tokens_total",
                                               "Tokens not backed up to L2: no room even after L2 eviction");
     evicted_tokens = *registry.counter("hiq:evicted_tokens_total", "Tokens evicted, by tier", {"tier"});
+    host_codec_tokens = *registry.counter("hiq:host_codec_tokens_total",
+                                          "A tiered L2: tokens backed up at, demoted to, and restored from each "
+                                          "rung's codec, by op (backup, demoted, load_back)",
+                                          {"op", "codec"});
+    demotion_waits = *registry.counter("hiq:demotion_waits_total",
+                                       "A tiered L2: allocations that waited for a demotion to make room");
     transfer_bytes = *registry.counter("hiq:transfer_bytes_total",
                                        "Encoded bytes moved between L1 and L2, by direction (load_back, backup)",
                                        {"direction"});
@@ -206,6 +214,15 @@ struct HttpServer::Impl {
     sync(evicted_tokens->with({"device"}),
          static_cast<double>(s.cache.l1_evicted_to_host_tokens + s.cache.l1_dropped_tokens));
     sync(evicted_tokens->with({"host"}), static_cast<double>(s.cache.l2_evicted_tokens));
+    if (const HostKvPool* l2 = stack.host_pool(); l2 != nullptr && l2->tiered()) {
+      for (int r = 0; r < l2->rungs(); ++r) {
+        const std::string codec = l2->codec(r).name();
+        sync(host_codec_tokens->with({"backup", codec}), static_cast<double>(s.cache.backup_rung_tokens[r]));
+        sync(host_codec_tokens->with({"load_back", codec}), static_cast<double>(s.cache.load_back_rung_tokens[r]));
+        if (r > 0) sync(host_codec_tokens->with({"demoted", codec}), static_cast<double>(s.cache.demoted_tokens[r]));
+      }
+      sync(demotion_waits->get(), static_cast<double>(s.cache.demotion_waits));
+    }
     sync(transfer_bytes->with({"load_back"}), static_cast<double>(s.transfer.load_bytes));
     sync(transfer_bytes->with({"backup"}), static_cast<double>(s.transfer.backup_bytes));
     sync(transfer_seconds->with({"load_back"}), s.transfer.load_seconds);

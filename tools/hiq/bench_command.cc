@@ -5,6 +5,7 @@
 //   hiq bench model      the CUDA forward pass (bench_model_command.cc)
 //   hiq bench attention  the CUDA attention kernels alone (bench_attention_command.cc)
 //   hiq bench cpu        the CPU forward pass, N threads against one (bench_cpu_command.cc)
+//   hiq bench demotion   a tiered L2's demotion on host threads against memcpy (bench_demotion_command.cc)
 //   hiq bench storage    L3's backends against raw file I/O, raw Redis, memcpy (bench_storage_command.cc)
 //   hiq bench serve      the load generator against a server (bench_serve_command.cc)
 #include <unistd.h>
@@ -187,13 +188,15 @@ Subcommand add_bench_command(CLI::App& parent) {
   const std::function<int()> run_attention = add_bench_attention_command(*app);
   const std::function<int()> run_cpu = add_bench_cpu_command(*app);
   const std::function<int()> run_storage = add_bench_storage_command(*app);
+  const std::function<int()> run_demotion = add_bench_demotion_command(*app);
   const std::function<int()> run_serve = add_bench_serve_command(*app);
-  return {app, [f, transfer, run_model, run_attention, run_cpu, run_storage, run_serve] {
+  return {app, [f, transfer, run_model, run_attention, run_cpu, run_storage, run_demotion, run_serve] {
             if (transfer->parsed()) return run_transfer(*f);
             if (const int model = run_model(); model != -1) return model;
             if (const int attention = run_attention(); attention != -1) return attention;
             if (const int cpu = run_cpu(); cpu != -1) return cpu;
             if (const int storage = run_storage(); storage != -1) return storage;
+            if (const int demotion = run_demotion(); demotion != -1) return demotion;
             return run_serve();
           }};
 }

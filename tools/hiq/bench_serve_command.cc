@@ -136,6 +136,16 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
                    {"finished", s.finished},
                    {"failed", s.failed},
                    {"cancelled", s.cancelled}};
+  if (l2 != nullptr && l2->tiered()) {
+    nlohmann::json rungs = nlohmann::json::array();
+    for (int rung = 0; rung < l2->rungs(); ++rung)
+      rungs.push_back({{"codec", l2->codec(rung).name()},
+                       {"backup_tokens", s.cache.backup_rung_tokens[rung]},
+                       {"demoted_tokens", s.cache.demoted_tokens[rung]},
+                       {"load_back_tokens", s.cache.load_back_rung_tokens[rung]}});
+    out["server"]["rungs"] = rungs;
+    out["server"]["demotion_waits"] = s.cache.demotion_waits;
+  }
   // Seconds are summed from each operation's submission to its completion,
   // so bytes / seconds is the mean rate one operation saw.
   out["transfer"] = {{"load_ops", t.load_ops},

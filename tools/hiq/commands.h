@@ -26,6 +26,8 @@ std::function<int()> add_bench_model_command(CLI::App& bench);
 std::function<int()> add_bench_attention_command(CLI::App& bench);
 // `hiq bench cpu`, likewise.
 std::function<int()> add_bench_cpu_command(CLI::App& bench);
+// `hiq bench demotion`, likewise.
+std::function<int()> add_bench_demotion_command(CLI::App& bench);
 // `hiq bench storage`, likewise.
 std::function<int()> add_bench_storage_command(CLI::App& bench);
 // `hiq bench serve`, likewise (a stub without cpp-httplib).

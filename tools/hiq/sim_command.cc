@@ -106,6 +106,7 @@ int run_sim(const SimFlags& f) {
         {"l2_evicted_tokens", r.l2_evicted_tokens},
         {"l1_eviction_waits", r.l1_eviction_waits},
         {"restored_rung_tokens", r.restored_rung_tokens},
+        {"backup_rung_tokens", r.backup_rung_tokens},
         {"demoted_rung_tokens", r.demoted_rung_tokens},
         {"demotion_waits", r.demotion_waits},
         {"restore_failures", r.restore_failures},
@@ -139,12 +140,14 @@ int run_sim(const SimFlags& f) {
   t.add_row({"tokens restored", format_count(r.restored_tokens)});
   t.add_row({"tokens backed up", format_count(r.backup_tokens)});
   if (!r.restored_rung_tokens.empty()) {
-    std::string restored, demoted;
+    std::string restored, backed_up, demoted;
     for (size_t i = 0; i < r.restored_rung_tokens.size(); ++i) {
       restored += (i ? " / " : "") + format_count(r.restored_rung_tokens[i]);
+      backed_up += (i ? " / " : "") + format_count(r.backup_rung_tokens[i]);
       if (i > 0) demoted += (i > 1 ? " / " : "") + format_count(r.demoted_rung_tokens[i]);
     }
     t.add_row({"restored per rung", restored});
+    t.add_row({"backed up per rung", backed_up});
     t.add_row({"demoted to rung 1…", demoted + " (" + format_count(r.demotion_waits) + " waits)"});
   }
   t.add_row({"evicted L1 / L2 tokens", format_count(r.l1_evicted_tokens) + " / " + format_count(r.l2_evicted_tokens)});

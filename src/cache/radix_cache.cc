@@ -432,16 +432,28 @@ bool RadixCache::make_l2_room(size_t tokens, int rung) {
   // dropping anything joins some of them.
   const size_t short_by = tokens > free ? tokens - free : page_size_;
   if (demoter_) {
-    // Room at the last rung: the tier is full down to it, and the least
-    // recently used nodes there go, with no wait.
-    if (rung == l2_->rungs() - 1 && evict_l2_from(short_by, rung) > 0) return true;
+    const int last = l2_->rungs() - 1;
     const uint64_t wanted = uint64_t{short_by} * l2_->bytes_per_token(rung);
+    const auto apply_finished = [&] {
+      const uint64_t before = l2_->free_bytes();
+      for (const DemotionCompletion& c : demoter_->poll()) apply_demotion(c.ticket, c.status);
+      return l2_->free_bytes() > before;
+    };
     const auto settle_oldest = [&] {
       ++stats_.demotion_waits;
       const uint64_t before = l2_->free_bytes();
       settle_now(demotions_.front().nodes.front());
       return l2_->free_bytes() > before;  // false: it failed
     };
+    // Demotions already done give their bytes at no cost.
+    if (apply_finished()) return true;
+    if (rung == last) {
+      // A full tier (backup_rung): demotion is started but not waited for;
+      // the least recently used nodes at the last rung make the room now.
+      if (demotions_.empty()) start_demotions(wanted, /*l1_copies=*/true);
+      if (apply_finished()) return true;  // an inline engine is done already
+      if (evict_l2_from(short_by, last) > 0) return true;
+    }
     // Demote before any drop: a demotion under way, the oldest, is waited
     // for; else more are started. When one fails, fall through to dropping.
     if (!demotions_.empty() && settle_oldest()) return true;
@@ -469,12 +481,15 @@ uint64_t RadixCache::start_demotions(uint64_t bytes, bool l1_copies) {
     RadixNode* node;
   };
   std::vector<Candidate> candidates;
-  for_each_below(root_.get(), [&](RadixNode* n) {
-    if (!demotable(n) || (!l1_copies && !n->l1.empty())) return;
-    size_t depth = 0;
-    for (const RadixNode* p = n; p != root_.get(); p = p->parent) depth += p->size();
-    candidates.push_back({!n->l1.empty(), n->last_access, depth, n});
-  });
+  std::vector<std::pair<RadixNode*, size_t>> stack = {{root_.get(), 0}};  // node, tokens above its edge
+  while (!stack.empty()) {
+    const auto [n, above] = stack.back();
+    stack.pop_back();
+    const size_t depth = above + (n == root_.get() ? 0 : n->size());
+    if (n != root_.get() && demotable(n) && (l1_copies || n->l1.empty()))
+      candidates.push_back({!n->l1.empty(), n->last_access, depth, n});
+    for (auto& [_, child] : n->children) stack.emplace_back(child.get(), depth);
+  }
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return std::tie(a.in_l1, a.last_access, b.depth) < std::tie(b.in_l1, b.last_access, a.depth);
   });
@@ -525,9 +540,13 @@ uint64_t RadixCache::settle_demotions() {
 }
 
 void RadixCache::demote_ahead() {
+  // One batch at a time: the tree is scanned once a batch, not once a step.
+  if (!demotions_.empty()) return;
   const auto low = static_cast<uint64_t>(options_.demotion_watermark * static_cast<double>(l2_->reserved_bytes()));
-  const uint64_t expected_free = l2_->free_bytes() + demotion_pending_bytes_;
-  if (expected_free < low) start_demotions(2 * low - expected_free, /*l1_copies=*/true);
+  const uint64_t free = l2_->free_bytes();
+  uint64_t above_last = 0;  // tokens that could go down a rung
+  for (int r = 0; r + 1 < l2_->rungs(); ++r) above_last += l2_->used_tokens(r);
+  if (free < low && above_last > 0) start_demotions(2 * low - free, /*l1_copies=*/true);
 }
 
 bool RadixCache::l1_evictable(const RadixNode* node) const {

@@ -61,6 +61,11 @@ TEST(ListFlag, Codecs) {
 
 TEST(ListFlag, KvCodecsPairAKeyAndAValueEntry) {
   const KvCodecs split(CodecKind::kInt8, CodecKind::kInt4H);
+  // A ladder's rungs are one item; commands of single codecs say so.
+  EXPECT_EQ(join_kv_codec_items({"bf16", "tiered:int8", "int4h", "int8", "tiered:bf16", "int8", "int4h/128", "int4"}),
+            (std::vector<std::string>{"bf16", "tiered:int8,int4h", "int8", "tiered:bf16,int8,int4h/128", "int4"}));
+  EXPECT_EQ(parse_kv_codec_list_flag("int8,tiered:int8,int4h", "--hicache-codec").status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(*parse_kv_codec_list_flag("bf16,k=int8,v=int4h,int4h", "--hicache-codec"),
             (std::vector<KvCodecs>{CodecKind::kBf16, split, CodecKind::kInt4H}));
   EXPECT_EQ(*parse_kv_codec_list_flag("v=int4h, k=int8", "--hicache-codec"), (std::vector<KvCodecs>{split}));

@@ -89,6 +89,9 @@ Result<std::vector<KvCodecs>> parse_kv_codec_list_flag(std::string_view text, st
   HIQ_ASSIGN_OR_RETURN(const std::vector<std::string> items, parse_list_flag(text, flag, ListRepeats::kAllow));
   std::vector<KvCodecs> out;
   for (const std::string& spec : join_kv_codec_items(items)) {
+    if (spec.starts_with("tiered:"))
+      return invalid_argument(std::string(flag) + ": '" + spec + "' is a host tier of several codecs; this command " +
+                              "takes codecs one by one: list the rungs instead (" + spec.substr(7) + ")");
     auto parsed = parse_kv_codecs(spec);
     if (!parsed) return parsed.status().with_context(flag);
     const KvCodecs codecs = *parsed;

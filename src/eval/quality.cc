@@ -63,9 +63,15 @@ struct Accumulator {
   uint64_t heldout = 0, agree_heldout = 0, greedy = 0, agree_greedy = 0;
   double k_error2 = 0, k_norm2 = 0, v_error2 = 0, v_norm2 = 0, max_abs_error = 0;
 
-  CodecQuality result(KvCodecs codec) const {
+  size_t missed_texts = 0;
+  std::vector<uint64_t> restored_rung_tokens;
+
+  CodecQuality result(const QualityTier& tier) const {
     CodecQuality q;
-    q.codec = codec;
+    q.codec = tier.codec;
+    q.name = tier.name();
+    q.restored_rung_tokens = restored_rung_tokens;
+    q.missed_texts = missed_texts;
     q.texts = texts;
     q.valid = restored_tokens > 0;
     q.restored_tokens = restored_tokens;
@@ -91,7 +97,7 @@ struct Accumulator {
 // One codec's host tier: its L2 pool, transfer engine and radix cache
 // (destroyed in reverse: the cache first).
 struct CodecTier {
-  KvCodecs codec = CodecKind::kBf16;
+  QualityTier codec;
   std::unique_ptr<HostKvPool> l2;
   std::unique_ptr<TransferEngine> transfer;
   std::unique_ptr<RadixCache> cache;
@@ -162,17 +168,57 @@ class Evaluator {
  public:
   Evaluator(QualityModel& model, const QualityOptions& options) : model_(model), options_(options) {}
 
-  Status add_tier(KvCodecs codec) {
+  Status add_tier(const QualityTier& spec) {
     CodecTier tier;
-    tier.codec = codec;
+    tier.codec = spec;
     HostKvPoolOptions host;
-    host.codec = codec;
+    host.codec = spec.codec;
+    host.demotion = spec.demotion;
     host.record_align = options_.record_align;
-    host.capacity_tokens = options_.prefix_len;
+    if (options_.lag > 0) {
+      host.size_bytes = options_.host_bytes;
+    } else {
+      host.capacity_tokens = options_.prefix_len;
+    }
     HIQ_ASSIGN_OR_RETURN(tier.l2, HostKvPool::create(model_.l1->geometry(), host, model_.l1->num_slots()));
     HIQ_ASSIGN_OR_RETURN(tier.transfer, model_.make_transfer(*tier.l2));
-    tier.cache = std::make_unique<RadixCache>(*model_.l1, tier.l2.get(), tier.transfer.get());
+    RadixCacheOptions cache;
+    cache.demotion_threads = 0;  // the same demotions every run
+    tier.cache = std::make_unique<RadixCache>(*model_.l1, tier.l2.get(), tier.transfer.get(), cache);
+    tier.sums.restored_rung_tokens.assign(static_cast<size_t>(tier.l2->rungs()), 0);
     tiers_.push_back(std::move(tier));
+    return Status::ok();
+  }
+
+  // The workload mode's step: `insert`'s prefix goes into every tier; then,
+  // unless `score` is empty, `score`'s prefix (inserted `lag` steps ago) is
+  // restored from each tier that still holds it, and scored.
+  Status step(std::span<const int32_t> insert, std::span<const int32_t> score) {
+    const size_t P = options_.prefix_len, C = options_.continuation_len, G = options_.greedy_len;
+    SlotAllocator& slots = model_.l1->allocator();
+    HIQ_ASSIGN_OR_RETURN(SlotLease prefix, SlotLease::take(slots, P));
+    HIQ_ASSIGN_OR_RETURN(SlotLease scratch, SlotLease::take(slots, std::max(C, G)));
+    HIQ_RETURN_IF_ERROR(model_.forward(insert.first(P), prefix.ids(), 0, false).status());
+    for (CodecTier& tier : tiers_) {
+      HIQ_ASSIGN_OR_RETURN(SlotLease copy, SlotLease::take(slots, P));
+      HIQ_RETURN_IF_ERROR(copy_kv(*model_.l1, prefix.ids(), copy.ids()));
+      tier.cache->insert(insert.first(P), copy.hand_over());
+      tier.cache->drain_transfers();
+      tier.cache->evict_l1(tier.cache->l1_tokens());  // host-only from here on
+    }
+    if (score.empty()) return Status::ok();
+    // The scored text's prefix again (the forward pass is deterministic: the
+    // same KV it had when it was inserted), and its reference.
+    HIQ_RETURN_IF_ERROR(model_.forward(score.first(P), prefix.ids(), 0, false).status());
+    HIQ_ASSIGN_OR_RETURN(Reference reference, run_reference(score, prefix.ids(), scratch.ids()));
+    for (CodecTier& tier : tiers_) {
+      if (tier.cache->cached_prefix(score.first(P)).host < P) {
+        ++tier.sums.missed_texts;
+        continue;
+      }
+      HIQ_RETURN_IF_ERROR(restore_and_score(tier, score, prefix.ids(), scratch.ids(), reference));
+      tier.cache->evict_l1(tier.cache->l1_tokens());
+    }
     return Status::ok();
   }
 
@@ -191,6 +237,7 @@ class Evaluator {
   QualityReport report(size_t texts) const {
     QualityReport r;
     r.texts = texts;
+    // (In the workload mode a tier's `texts` are those it scored.)
     for (const CodecTier& tier : tiers_) r.codecs.push_back(tier.sums.result(tier.codec));
     return r;
   }
@@ -224,20 +271,35 @@ class Evaluator {
   // matched as host-only and restored; then the passes of the reference.
   Status run_tier(CodecTier& tier, std::span<const int32_t> text, std::span<const SlotId> prefix,
                   std::span<const SlotId> scratch, const Reference& ref) {
-    const size_t P = options_.prefix_len, C = options_.continuation_len, G = options_.greedy_len;
+    const size_t P = options_.prefix_len;
     const std::string name = tier.codec.name();
     RadixCache& cache = *tier.cache;
-    const std::span<const int32_t> prefix_tokens = text.first(P);
-
     HIQ_ASSIGN_OR_RETURN(SlotLease copy, SlotLease::take(model_.l1->allocator(), P));
     HIQ_RETURN_IF_ERROR(copy_kv(*model_.l1, prefix, copy.ids()));
     const std::vector<SlotId> handed = copy.hand_over();
-    cache.insert(prefix_tokens, handed);
+    cache.insert(text.first(P), handed);
     cache.drain_transfers();
     if (cache.l2_tokens() < P)
       return internal_error(name + ": the prefix was not backed up to L2 (" + std::to_string(cache.l2_tokens()) +
                             " of " + std::to_string(P) + " tokens)");
     cache.evict_l1(P);
+    HIQ_RETURN_IF_ERROR(restore_and_score(tier, text, prefix, scratch, ref));
+    cache.clear();
+    if (cache.l1_tokens() != 0 || cache.l2_tokens() != 0)
+      return internal_error(name + ": the cache kept " + std::to_string(cache.l1_tokens()) + " L1 and " +
+                            std::to_string(cache.l2_tokens()) + " L2 tokens after clear()");
+    return Status::ok();
+  }
+
+  // Matches the text's prefix, held only in the tier's L2, restores it and
+  // runs the passes of the reference on it.
+  Status restore_and_score(CodecTier& tier, std::span<const int32_t> text, std::span<const SlotId> prefix,
+                           std::span<const SlotId> scratch, const Reference& ref) {
+    const size_t P = options_.prefix_len, C = options_.continuation_len, G = options_.greedy_len;
+    const std::string name = tier.codec.name();
+    RadixCache& cache = *tier.cache;
+    const std::span<const int32_t> prefix_tokens = text.first(P);
+    const RadixCacheStats before = cache.stats();
     const PrefixMatch match = cache.match_prefix(prefix_tokens);
     if (!match.l1_slots.empty() || match.host_tokens != P)
       return internal_error(name + ": after eviction the prefix matched " + std::to_string(match.l1_slots.size()) +
@@ -265,11 +327,8 @@ class Evaluator {
 
     HIQ_RETURN_IF_ERROR(compare_kv(*model_.l1, prefix, restored, tier.sums));
     ++tier.sums.texts;
-    lock.release();
-    cache.clear();
-    if (cache.l1_tokens() != 0 || cache.l2_tokens() != 0)
-      return internal_error(name + ": the cache kept " + std::to_string(cache.l1_tokens()) + " L1 and " +
-                            std::to_string(cache.l2_tokens()) + " L2 tokens after clear()");
+    for (size_t r = 0; r < tier.sums.restored_rung_tokens.size(); ++r)
+      tier.sums.restored_rung_tokens[r] += cache.stats().load_back_rung_tokens[r] - before.load_back_rung_tokens[r];
     return Status::ok();
   }
 
@@ -315,8 +374,16 @@ QualityModel cpu_quality_model(const ModelShape& shape, const CpuModelWeights& w
   return model;
 }
 
+std::string QualityTier::name() const {
+  HostKvPoolOptions o;
+  o.codec = codec;
+  o.demotion = demotion;
+  return host_codec_name(o);
+}
+
 Status QualityOptions::validate() const {
   if (prefix_len == 0) return invalid_argument("--prefix-len must be positive");
+  if (lag > 0 && host_bytes == 0) return invalid_argument("--lag needs an L2 budget (--hicache-size)");
   if (continuation_len == 0) return invalid_argument("--continuation-len must be positive");
   if (greedy_len == 0) return invalid_argument("--greedy-len must be positive");
   if (codecs.empty()) return invalid_argument("--hicache-codec needs at least one codec");
@@ -344,7 +411,19 @@ Result<QualityReport> evaluate_quality(QualityModel& model, std::span<const std:
       return invalid_argument("text " + std::to_string(i) + " has " + std::to_string(texts[i].size()) +
                               " tokens; prefix + continuation + 1 = " + std::to_string(needed) + " are needed");
   Evaluator evaluator(model, options);
-  for (const KvCodecs& codec : options.codecs) HIQ_RETURN_IF_ERROR(evaluator.add_tier(codec));
+  for (const QualityTier& tier : options.codecs) HIQ_RETURN_IF_ERROR(evaluator.add_tier(tier));
+  if (options.lag > 0) {
+    if (texts.size() <= options.lag)
+      return invalid_argument("--lag " + std::to_string(options.lag) + " needs more than " +
+                              std::to_string(options.lag) + " texts");
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const std::span<const int32_t> score = i >= options.lag ? std::span<const int32_t>(texts[i - options.lag])
+                                                              : std::span<const int32_t>();
+      HIQ_RETURN_IF_ERROR(evaluator.step(texts[i], score).with_context("step " + std::to_string(i)));
+      if (progress) progress(i + 1, texts.size());
+    }
+    return evaluator.report(texts.size() - options.lag);
+  }
   for (size_t i = 0; i < texts.size(); ++i) {
     HIQ_RETURN_IF_ERROR(evaluator.run(texts[i]).with_context("text " + std::to_string(i)));
     if (progress) progress(i + 1, texts.size());

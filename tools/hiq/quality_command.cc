@@ -5,6 +5,7 @@
 // (--random-texts, for checkpoints with random weights).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/units.h"
 #include "eval/quality.h"
 #include "memory/cuda_device_kv_pool.h"
 #include "model/cuda_model.h"
@@ -36,8 +38,29 @@ struct QualityFlags {
   int64_t prefix_len = 1024, continuation_len = 255, greedy_len = 64;
   std::string codecs = "bf16,int8,fp8,int4,int4h";
   int64_t record_align = static_cast<int64_t>(kDefaultRecordAlign);
+  int64_t lag = 0;        // --lag: the workload mode (0: off)
+  std::string host_size;  // --hicache-size: its L2 budget
   bool json = false;
 };
+
+// --hicache-codec: codecs, K/V pairs and ladders (list_flag.h joins each
+// into one item).
+Result<std::vector<QualityTier>> parse_tier_list(const std::string& text) {
+  if (text == "all") return std::vector<QualityTier>(std::begin(kAllCodecs), std::end(kAllCodecs));
+  HIQ_ASSIGN_OR_RETURN(const std::vector<std::string> items,
+                       parse_list_flag(text, "--hicache-codec", ListRepeats::kAllow));
+  std::vector<QualityTier> out;
+  for (const std::string& spec : join_kv_codec_items(items)) {
+    HostKvPoolOptions o;
+    HIQ_RETURN_IF_ERROR(parse_host_codec(spec, o).with_context("--hicache-codec"));
+    QualityTier tier(o.codec);
+    tier.demotion = o.demotion;
+    if (std::find(out.begin(), out.end(), tier) != out.end())
+      return invalid_argument("--hicache-codec: '" + tier.name() + "' is given twice");
+    out.push_back(std::move(tier));
+  }
+  return out;
+}
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path) {
   HIQ_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(path));
@@ -146,9 +169,16 @@ int run_quality(const QualityFlags& f) {
   auto align = record_align_option(f.record_align);
   if (!align) return report_error("quality", align.status());
   options.record_align = *align;
-  auto codecs = parse_kv_codec_list_flag(f.codecs, "--hicache-codec");
+  auto codecs = parse_tier_list(f.codecs);
   if (!codecs) return report_error("quality", codecs.status());
   options.codecs = *std::move(codecs);
+  if (f.lag < 0) return report_error("quality", invalid_argument("--lag must not be negative"));
+  options.lag = static_cast<size_t>(f.lag);
+  if (!f.host_size.empty()) {
+    auto bytes = parse_byte_size(f.host_size, kGB);
+    if (!bytes) return report_error("quality", bytes.status().with_context("--hicache-size"));
+    options.host_bytes = *bytes;
+  }
   if (auto s = options.validate(); !s.is_ok()) return report_error("quality", s);
   if (f.texts.empty() == (f.random_texts == 0))
     return report_error("quality", invalid_argument("give one of --texts FILE and --random-texts N"));
@@ -190,10 +220,17 @@ int run_quality(const QualityFlags& f) {
                           {"greedy_len", options.greedy_len},
                           {"record_align", options.record_align},
                           {"codecs", nlohmann::json::array()}};
+    if (options.lag > 0) {
+      out["lag"] = options.lag;
+      out["host_bytes"] = options.host_bytes;
+    }
     for (const CodecQuality& q : report->codecs)
-      out["codecs"].push_back({{"codec", q.codec.name()},
+      out["codecs"].push_back({{"codec", q.name},
                                {"valid", q.valid},
+                               {"texts", q.texts},
+                               {"missed_texts", q.missed_texts},
                                {"restored_tokens", q.restored_tokens},
+                               {"restored_rung_tokens", q.restored_rung_tokens},
                                {"restored_bytes", q.restored_bytes},
                                {"perplexity_reference", q.perplexity_reference},
                                {"perplexity", q.perplexity},
@@ -211,14 +248,25 @@ int run_quality(const QualityFlags& f) {
   } else {
     std::cout << report->texts << " texts: prefix " << options.prefix_len << " tokens restored from L2, "
               << options.continuation_len << " held-out and " << options.greedy_len << " greedy tokens scored\n";
+    if (options.lag > 0)
+      std::cout << "workload: each prefix restored " << options.lag << " prefixes after it went in, from an L2 of "
+                << format_bytes(options.host_bytes) << "; restored tokens per rung, texts lost\n";
     Table t({"codec", "restored", "PPL ref", "PPL", "ΔPPL", "KL mean", "KL max", "top-1 held-out", "top-1 greedy",
              "K rel. RMS", "V rel. RMS"});
     for (const CodecQuality& q : report->codecs) {
+      std::string restored = std::to_string(q.restored_tokens);
+      if (q.restored_rung_tokens.size() > 1) {
+        restored += " (";
+        for (size_t r = 0; r < q.restored_rung_tokens.size(); ++r)
+          restored += (r ? " / " : "") + std::to_string(q.restored_rung_tokens[r]);
+        restored += ")";
+      }
+      if (options.lag > 0) restored += ", " + std::to_string(q.missed_texts) + " lost";
       if (!q.valid) {
-        t.add_row({q.codec.name(), "0", "invalid: nothing was restored", "", "", "", "", "", "", "", ""});
+        t.add_row({q.name, restored, "invalid: nothing was restored", "", "", "", "", "", "", "", ""});
         continue;
       }
-      t.add_row({q.codec.name(), std::to_string(q.restored_tokens),
+      t.add_row({q.name, restored,
                  format_fixed(q.perplexity_reference, 4), format_fixed(q.perplexity, 4),
                  (q.perplexity_change >= 0 ? "+" : "") + percent(q.perplexity_change, 3), scientific(q.kl_mean),
                  scientific(q.kl_max), percent(q.top1_heldout, 2), percent(q.top1_greedy, 2),
@@ -251,8 +299,13 @@ Subcommand add_quality_command(CLI::App& parent) {
   app->add_option("--greedy-len", f->greedy_len, "Greedy tokens compared after the prefix")->capture_default_str();
   app->add_option("--hicache-codec", f->codecs,
                   "Codecs to test, comma-separated (bf16 is the exact control); k=CODEC,v=CODEC is one entry with "
-                  "separate codecs for keys and values")
+                  "separate codecs for keys and values, tiered:int8,int4h a ladder")
       ->capture_default_str();
+  app->add_option("--lag", f->lag,
+                  "Workload mode: each tier keeps its cache for the run, and each prefix is restored this many "
+                  "prefixes after it went in (0: each text alone)")
+      ->capture_default_str();
+  app->add_option("--hicache-size", f->host_size, "Workload mode: each tier's L2 budget (8GB, 64MB; GB when plain)");
   app->add_option("--record-align", f->record_align, "Pad L2 records to a multiple of this many bytes")
       ->capture_default_str();
   app->add_flag("--json", f->json, "Print JSON");

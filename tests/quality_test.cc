@@ -87,6 +87,45 @@ TEST_F(QualityTest, ExactCodecMatchesTheReferenceAndLossyCodecsRankByTheirError)
   EXPECT_EQ(l1_->allocator().free_count(), l1_->num_slots());
 }
 
+// The workload mode: each tier keeps its cache, and each prefix is restored
+// `lag` prefixes later. An L2 that holds the working set in int4 but not in
+// bf16: bf16 loses texts (and what it restores is still exact), the ladder
+// bf16 → int4 loses none and restores from both rungs, its restores counted
+// per rung; a lag needs a budget and more texts than itself.
+TEST_F(QualityTest, WorkloadModeRestoresFromTheRungsThePolicyLeft) {
+  QualityModel model = make(quality_l1_slots(options_));
+  const auto inputs = texts(8, 80);
+  QualityTier ladder(CodecKind::kBf16);
+  ladder.demotion = {CodecKind::kInt4};
+  options_.codecs = {CodecKind::kBf16, CodecKind::kInt4, ladder};
+  options_.lag = 2;
+  // Room for two and a half bf16 prefixes, five int4 ones (its records are
+  // half the size here): three are live at each restore, and the LRU order
+  // keeps a restored (dead) prefix over an older live one.
+  const KvGeometry g = model.l1->geometry();
+  options_.host_bytes = 5 * options_.prefix_len * g.l1_bytes_per_token() / 2;
+  auto report = evaluate_quality(model, inputs, options_);
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  EXPECT_EQ(report->texts, 6u);
+  const CodecQuality &bf16 = report->codecs[0], &int4 = report->codecs[1], &tiered = report->codecs[2];
+  EXPECT_GT(bf16.missed_texts, 0u);
+  EXPECT_EQ(bf16.texts + bf16.missed_texts, 6u);
+  EXPECT_EQ(bf16.kl_max, 0.0);
+  EXPECT_EQ(int4.missed_texts, 0u);
+  EXPECT_EQ(tiered.name, "tiered:bf16,int4");
+  EXPECT_EQ(tiered.missed_texts, 0u);
+  ASSERT_EQ(tiered.restored_rung_tokens.size(), 2u);
+  EXPECT_EQ(tiered.restored_rung_tokens[0] + tiered.restored_rung_tokens[1], tiered.restored_tokens);
+  EXPECT_GT(tiered.restored_rung_tokens[1], 0u);
+  EXPECT_EQ(tiered.restored_tokens, 6 * options_.prefix_len);
+
+  options_.host_bytes = 0;
+  EXPECT_EQ(evaluate_quality(model, inputs, options_).status().code(), StatusCode::kInvalidArgument);
+  options_.host_bytes = 1 << 20;
+  options_.lag = 8;
+  EXPECT_EQ(evaluate_quality(model, inputs, options_).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(QualityTest, RefusesTextsTooShortAndAnL1TooSmall) {
   QualityModel model = make(quality_l1_slots(options_));
   const auto short_texts = texts(1, 48 + 24);  // one token short of prefix + continuation + 1

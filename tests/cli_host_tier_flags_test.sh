@@ -40,7 +40,9 @@ for cmd in sim serve bench; do
   name="${args[0]}"; [[ $cmd == bench ]] && name="bench serve"
   for case in "--hicache-size 1GB and --hicache-ratio 4 both size the host tier:--hicache-size 1GB --hicache-ratio 4" \
               "--hicache-tokens 512 and --hicache-ratio 3 both size the host tier:--hicache-tokens 512 --hicache-ratio 3" \
-              "--hicache-ratio must be a positive number:--hicache-ratio 0"; do
+              "--hicache-ratio must be a positive number:--hicache-ratio 0" \
+              "--hicache-demotion-threads must be from 1 to 256:--hicache-demotion-threads 0" \
+              "each rung of a ladder must have fewer bits per value:--hicache-codec tiered:int4h,int8"; do
     want="${case%%:*}" flags="${case#*:}"
     rc=0
     # shellcheck disable=SC2086  # the flags are words

@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cache/radix_cache.h"
 #include "core/units.h"
 #include "memory/host_kv_pool.h"
 
@@ -33,6 +34,7 @@ struct HostTierFlags {
   std::string codec = "int8";                  // --hicache-codec
   int64_t record_align = static_cast<int64_t>(kDefaultRecordAlign);  // --record-align
   bool none = false;                           // --no-hicache
+  int64_t demotion_threads = RadixCacheOptions{}.demotion_threads;  // --hicache-demotion-threads (a ladder)
   // The command's defaults; set them before registering.
   std::string default_size = "0";  // the budget when neither size nor ratio is typed; "0": by ratio
   double default_ratio = 2.0;      // the ratio when the budget is by ratio and none is typed (SGLang's)
@@ -67,6 +69,9 @@ inline void add_host_tier_flags(CLI::App* app, HostTierFlags& flags) {
   app->add_option("--record-align", f->record_align, "Pad L2 records to a multiple of this many bytes")
       ->capture_default_str();
   app->add_flag("--no-hicache", f->none, "No host tier: L1 only");
+  app->add_option("--hicache-demotion-threads", f->demotion_threads,
+                  "A ladder (tiered:…): host threads that demote cold nodes")
+      ->capture_default_str();
 }
 
 // --record-align: a power of two from 1 to kMaxRecordAlign.
@@ -76,6 +81,16 @@ inline Result<size_t> record_align_option(int64_t record_align) {
     return invalid_argument("--record-align must be a power of two from 1 to " + std::to_string(kMaxRecordAlign) +
                             " (got " + std::to_string(record_align) + ")");
   return static_cast<size_t>(record_align);
+}
+
+// The cache's options of the flags: the write policy, and how a ladder demotes.
+inline Status apply_host_cache_flags(const HostTierFlags& f, RadixCacheOptions& o) {
+  HIQ_ASSIGN_OR_RETURN(o.write_policy, parse_write_policy(f.write_policy));
+  if (f.demotion_threads < 1 || f.demotion_threads > 256)
+    return invalid_argument("--hicache-demotion-threads must be from 1 to 256 (got " +
+                            std::to_string(f.demotion_threads) + ")");
+  o.demotion_threads = static_cast<int>(f.demotion_threads);
+  return Status::ok();
 }
 
 // The pool options of the flags (not --no-hicache or the write policy: the

@@ -32,7 +32,7 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
   c.max_total_tokens = static_cast<size_t>(f.max_total_tokens);
   c.hicache = !f.host.none;
   HIQ_ASSIGN_OR_RETURN(c.host, host_tier_options(f.host));
-  HIQ_ASSIGN_OR_RETURN(c.cache.write_policy, parse_write_policy(f.host.write_policy));
+  HIQ_RETURN_IF_ERROR(apply_host_cache_flags(f.host, c.cache));
   HIQ_RETURN_IF_ERROR(apply_scheduler_flags(f.scheduler, c.scheduler));
   if (f.max_queued_requests < 0) return invalid_argument("--max-queued-requests must not be negative");
   c.scheduler.max_queued_requests = static_cast<size_t>(f.max_queued_requests);

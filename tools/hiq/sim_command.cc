@@ -49,7 +49,7 @@ Result<SimulationConfig> build_config(const SimFlags& f) {
   c.max_total_tokens = static_cast<size_t>(f.max_total_tokens);
   c.hicache = !f.host.none;
   HIQ_ASSIGN_OR_RETURN(c.host, host_tier_options(f.host));
-  HIQ_ASSIGN_OR_RETURN(c.cache.write_policy, parse_write_policy(f.host.write_policy));
+  HIQ_RETURN_IF_ERROR(apply_host_cache_flags(f.host, c.cache));
   if (f.max_concurrency <= 0) return invalid_argument("--max-concurrency must be positive");
   c.max_concurrency = static_cast<size_t>(f.max_concurrency);
   HIQ_RETURN_IF_ERROR(apply_scheduler_flags(f.scheduler, c.scheduler));

@@ -91,7 +91,8 @@ TEST_F(QualityTest, ExactCodecMatchesTheReferenceAndLossyCodecsRankByTheirError)
 // `lag` prefixes later. An L2 that holds the working set in int4 but not in
 // bf16: bf16 loses texts (and what it restores is still exact), the ladder
 // bf16 → int4 loses none and restores from both rungs, its restores counted
-// per rung; a lag needs a budget and more texts than itself.
+// per rung; repeated reads are each scored; a lag needs a budget and more
+// texts than itself.
 TEST_F(QualityTest, WorkloadModeRestoresFromTheRungsThePolicyLeft) {
   QualityModel model = make(quality_l1_slots(options_));
   const auto inputs = texts(8, 80);
@@ -118,6 +119,16 @@ TEST_F(QualityTest, WorkloadModeRestoresFromTheRungsThePolicyLeft) {
   EXPECT_EQ(tiered.restored_rung_tokens[0] + tiered.restored_rung_tokens[1], tiered.restored_tokens);
   EXPECT_GT(tiered.restored_rung_tokens[1], 0u);
   EXPECT_EQ(tiered.restored_tokens, 6 * options_.prefix_len);
+
+  // Each prefix read twice, every `lag` steps: 6 + 4 reads of 8 texts.
+  options_.reads = 2;
+  report = evaluate_quality(model, inputs, options_);
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  EXPECT_EQ(report->texts, 10u);
+  for (const CodecQuality& q : report->codecs) EXPECT_EQ(q.texts + q.missed_texts, 10u) << q.name;
+  options_.reads = 0;
+  EXPECT_EQ(evaluate_quality(model, inputs, options_).status().code(), StatusCode::kInvalidArgument);
+  options_.reads = 1;
 
   options_.host_bytes = 0;
   EXPECT_EQ(evaluate_quality(model, inputs, options_).status().code(), StatusCode::kInvalidArgument);

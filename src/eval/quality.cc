@@ -190,10 +190,10 @@ class Evaluator {
     return Status::ok();
   }
 
-  // The workload mode's step: `insert`'s prefix goes into every tier; then,
-  // unless `score` is empty, `score`'s prefix (inserted `lag` steps ago) is
-  // restored from each tier that still holds it, and scored.
-  Status step(std::span<const int32_t> insert, std::span<const int32_t> score) {
+  // The workload mode's step: `insert`'s prefix goes into every tier; then
+  // each text of `scored` (inserted earlier) has its prefix restored from
+  // each tier that still holds it, and is scored.
+  Status step(std::span<const int32_t> insert, std::span<const std::span<const int32_t>> scored) {
     const size_t P = options_.prefix_len, C = options_.continuation_len, G = options_.greedy_len;
     SlotAllocator& slots = model_.l1->allocator();
     HIQ_ASSIGN_OR_RETURN(SlotLease prefix, SlotLease::take(slots, P));
@@ -206,18 +206,19 @@ class Evaluator {
       tier.cache->drain_transfers();
       tier.cache->evict_l1(tier.cache->l1_tokens());  // host-only from here on
     }
-    if (score.empty()) return Status::ok();
-    // The scored text's prefix again (the forward pass is deterministic: the
-    // same KV it had when it was inserted), and its reference.
-    HIQ_RETURN_IF_ERROR(model_.forward(score.first(P), prefix.ids(), 0, false).status());
-    HIQ_ASSIGN_OR_RETURN(Reference reference, run_reference(score, prefix.ids(), scratch.ids()));
-    for (CodecTier& tier : tiers_) {
-      if (tier.cache->cached_prefix(score.first(P)).host < P) {
-        ++tier.sums.missed_texts;
-        continue;
+    for (const std::span<const int32_t> score : scored) {
+      // The scored text's prefix again (the forward pass is deterministic:
+      // the same KV it had when it was inserted), and its reference.
+      HIQ_RETURN_IF_ERROR(model_.forward(score.first(P), prefix.ids(), 0, false).status());
+      HIQ_ASSIGN_OR_RETURN(Reference reference, run_reference(score, prefix.ids(), scratch.ids()));
+      for (CodecTier& tier : tiers_) {
+        if (tier.cache->cached_prefix(score.first(P)).host < P) {
+          ++tier.sums.missed_texts;
+          continue;
+        }
+        HIQ_RETURN_IF_ERROR(restore_and_score(tier, score, prefix.ids(), scratch.ids(), reference));
+        tier.cache->evict_l1(tier.cache->l1_tokens());
       }
-      HIQ_RETURN_IF_ERROR(restore_and_score(tier, score, prefix.ids(), scratch.ids(), reference));
-      tier.cache->evict_l1(tier.cache->l1_tokens());
     }
     return Status::ok();
   }
@@ -384,6 +385,7 @@ std::string QualityTier::name() const {
 Status QualityOptions::validate() const {
   if (prefix_len == 0) return invalid_argument("--prefix-len must be positive");
   if (lag > 0 && host_bytes == 0) return invalid_argument("--lag needs an L2 budget (--hicache-size)");
+  if (reads == 0 || (reads > 1 && lag == 0)) return invalid_argument("--reads must be positive, and above 1 only with --lag");
   if (continuation_len == 0) return invalid_argument("--continuation-len must be positive");
   if (greedy_len == 0) return invalid_argument("--greedy-len must be positive");
   if (codecs.empty()) return invalid_argument("--hicache-codec needs at least one codec");
@@ -416,13 +418,15 @@ Result<QualityReport> evaluate_quality(QualityModel& model, std::span<const std:
     if (texts.size() <= options.lag)
       return invalid_argument("--lag " + std::to_string(options.lag) + " needs more than " +
                               std::to_string(options.lag) + " texts");
+    size_t reads = 0;
     for (size_t i = 0; i < texts.size(); ++i) {
-      const std::span<const int32_t> score = i >= options.lag ? std::span<const int32_t>(texts[i - options.lag])
-                                                              : std::span<const int32_t>();
-      HIQ_RETURN_IF_ERROR(evaluator.step(texts[i], score).with_context("step " + std::to_string(i)));
+      std::vector<std::span<const int32_t>> scored;
+      for (size_t k = 1; k <= options.reads && k * options.lag <= i; ++k) scored.emplace_back(texts[i - k * options.lag]);
+      HIQ_RETURN_IF_ERROR(evaluator.step(texts[i], scored).with_context("step " + std::to_string(i)));
+      reads += scored.size();
       if (progress) progress(i + 1, texts.size());
     }
-    return evaluator.report(texts.size() - options.lag);
+    return evaluator.report(reads);
   }
   for (size_t i = 0; i < texts.size(); ++i) {
     HIQ_RETURN_IF_ERROR(evaluator.run(texts[i]).with_context("text " + std::to_string(i)));

@@ -31,7 +31,9 @@
 // and scored. `lag` + 1 prefixes are then the working set: a ladder holds
 // them at rung 0 while they fit and demotes the oldest when they do not, and
 // the report says how many restored tokens came from each rung, and how many
-// texts a tier had lost (`missed_texts`: not scored for it).
+// texts a tier had lost (`missed_texts`: not scored for it). With `reads`
+// > 1 each prefix is read again every `lag` steps, `reads` times in all, as
+// a served prefix is reused; each read is scored (and counted in `texts`).
 #pragma once
 
 #include <functional>
@@ -88,6 +90,7 @@ struct QualityOptions {
   std::vector<QualityTier> codecs = {CodecKind::kBf16, CodecKind::kInt8, CodecKind::kFp8, CodecKind::kInt4,
                                      CodecKind::kInt4H};
   size_t lag = 0;           // the workload mode: restore each prefix `lag` prefixes later (0: off)
+  size_t reads = 1;         // the workload mode: and again every `lag` prefixes, this many times in all
   uint64_t host_bytes = 0;  // the workload mode: each tier's L2 budget
   Status validate() const;
 };

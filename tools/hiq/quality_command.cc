@@ -39,6 +39,7 @@ struct QualityFlags {
   std::string codecs = "bf16,int8,fp8,int4,int4h";
   int64_t record_align = static_cast<int64_t>(kDefaultRecordAlign);
   int64_t lag = 0;        // --lag: the workload mode (0: off)
+  int64_t reads = 1;      // --reads: reads of each prefix in it
   std::string host_size;  // --hicache-size: its L2 budget
   bool json = false;
 };
@@ -174,6 +175,8 @@ int run_quality(const QualityFlags& f) {
   options.codecs = *std::move(codecs);
   if (f.lag < 0) return report_error("quality", invalid_argument("--lag must not be negative"));
   options.lag = static_cast<size_t>(f.lag);
+  if (f.reads < 1) return report_error("quality", invalid_argument("--reads must be positive"));
+  options.reads = static_cast<size_t>(f.reads);
   if (!f.host_size.empty()) {
     auto bytes = parse_byte_size(f.host_size, kGB);
     if (!bytes) return report_error("quality", bytes.status().with_context("--hicache-size"));
@@ -222,6 +225,7 @@ int run_quality(const QualityFlags& f) {
                           {"codecs", nlohmann::json::array()}};
     if (options.lag > 0) {
       out["lag"] = options.lag;
+      out["reads"] = options.reads;
       out["host_bytes"] = options.host_bytes;
     }
     for (const CodecQuality& q : report->codecs)
@@ -249,7 +253,8 @@ int run_quality(const QualityFlags& f) {
     std::cout << report->texts << " texts: prefix " << options.prefix_len << " tokens restored from L2, "
               << options.continuation_len << " held-out and " << options.greedy_len << " greedy tokens scored\n";
     if (options.lag > 0)
-      std::cout << "workload: each prefix restored " << options.lag << " prefixes after it went in, from an L2 of "
+      std::cout << "workload: each prefix restored " << options.lag << " prefixes after it went in (" << options.reads
+                << " reads), from an L2 of "
                 << format_bytes(options.host_bytes) << "; restored tokens per rung, texts lost\n";
     Table t({"codec", "restored", "PPL ref", "PPL", "ΔPPL", "KL mean", "KL max", "top-1 held-out", "top-1 greedy",
              "K rel. RMS", "V rel. RMS"});
@@ -304,6 +309,8 @@ Subcommand add_quality_command(CLI::App& parent) {
   app->add_option("--lag", f->lag,
                   "Workload mode: each tier keeps its cache for the run, and each prefix is restored this many "
                   "prefixes after it went in (0: each text alone)")
+      ->capture_default_str();
+  app->add_option("--reads", f->reads, "Workload mode: read each prefix this many times, every --lag prefixes")
       ->capture_default_str();
   app->add_option("--hicache-size", f->host_size, "Workload mode: each tier's L2 budget (8GB, 64MB; GB when plain)");
   app->add_option("--record-align", f->record_align, "Pad L2 records to a multiple of this many bytes")

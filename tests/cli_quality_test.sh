@@ -58,3 +58,21 @@ expect_error "outside the vocabulary" --texts "$TMP/bad.jsonl"
 echo '{"tokens": [1, 2, 3]}' >"$TMP/bad.jsonl"
 expect_error "are needed" --texts "$TMP/bad.jsonl" --prefix-len 8 --continuation-len 4
 expect_error "unknown codec" --random-texts 1 --hicache-codec int3
+expect_error "--lag needs an L2 budget" --random-texts 3 --lag 1
+expect_error "--reads must be positive, and above 1 only with --lag" --random-texts 3 --reads 2
+expect_error "each rung of a ladder must have fewer bits" --random-texts 1 --hicache-codec tiered:int4,int8
+
+# The workload mode with a ladder: per-rung restores in the JSON.
+"$HIQ" quality --model "$MODEL" --random-texts 5 --prefix-len 32 --continuation-len 8 --greedy-len 4 \
+  --hicache-codec int8,tiered:int8,int4h --lag 1 --reads 2 --hicache-size 64KiB --json >"$TMP/workload.json" \
+  2>"$TMP/err" || { cat "$TMP/err" >&2; fail "hiq quality --lag"; }
+python3 - "$TMP/workload.json" <<'PY' || fail "the workload report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["lag"] == 1 and r["reads"] == 2, r
+tiered = r["codecs"][1]
+assert tiered["codec"] == "tiered:int8,int4h", tiered
+assert len(tiered["restored_rung_tokens"]) == 2 and sum(tiered["restored_rung_tokens"]) == tiered["restored_tokens"], tiered
+assert tiered["texts"] + tiered["missed_texts"] == 7, tiered  # 4 + 3 reads of 5 texts
+PY
+echo "ok   hiq quality --lag 1 --reads 2: restores per rung"

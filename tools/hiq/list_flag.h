@@ -69,9 +69,9 @@ Result<std::vector<CodecKind>> parse_codec_list_flag(std::string_view text, std:
 // The items of a codec list with each K/V pair joined into one: a "k=…" item
 // and the "v=…" item right after it (or the other way round) become
 // "k=…,v=…" (text after either, such as "/128", stays where it was); a
-// ladder "tiered:int8" takes the codec names after it while each has fewer
-// bits per value than the one before ("tiered:int8", "int4h", "bf16" become
-// "tiered:int8,int4h" and "bf16").
+// ladder "tiered:int8" takes the codec name after it, then the next ones
+// while each has fewer bits per value than the one before ("tiered:int8",
+// "int4h", "bf16" become "tiered:int8,int4h" and "bf16").
 std::vector<std::string> join_kv_codec_items(const std::vector<std::string>& items);
 // A list of host-tier codecs: names as above, and K/V pairs written as
 // parse_kv_codecs takes them ("k=int8,v=int4h": a k= item and the v= item

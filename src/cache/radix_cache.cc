@@ -186,11 +186,7 @@ RadixNode* RadixCache::split(RadixNode* node, size_t at) {
   // A transfer in flight covers both halves: both settle when it completes.
   head->transfer = node->transfer;
   if (node->transfer == NodeTransfer::kDemote) {
-    auto entry = std::find_if(demotions_.begin(), demotions_.end(), [&](const Demotion& d) {
-      return std::find(d.nodes.begin(), d.nodes.end(), node) != d.nodes.end();
-    });
-    HIQ_CHECK_MSG(entry != demotions_.end(), "a node under demotion that no demotion lists");
-    entry->nodes.push_back(head.get());
+    find_demotion(node)->nodes.push_back(head.get());
   } else if (node->transfer != NodeTransfer::kNone) {
     auto entry = std::find_if(inflight_.begin(), inflight_.end(), [&](const auto& e) {
       return std::find(e.second.begin(), e.second.end(), node) != e.second.end();
@@ -434,11 +430,6 @@ bool RadixCache::make_l2_room(size_t tokens, int rung) {
   if (demoter_) {
     const int last = l2_->rungs() - 1;
     const uint64_t wanted = uint64_t{short_by} * l2_->bytes_per_token(rung);
-    const auto apply_finished = [&] {
-      const uint64_t before = l2_->free_bytes();
-      for (const DemotionCompletion& c : demoter_->poll()) apply_demotion(c.ticket, c.status);
-      return l2_->free_bytes() > before;
-    };
     const auto settle_oldest = [&] {
       ++stats_.demotion_waits;
       const uint64_t before = l2_->free_bytes();
@@ -446,12 +437,12 @@ bool RadixCache::make_l2_room(size_t tokens, int rung) {
       return l2_->free_bytes() > before;  // false: it failed
     };
     // Demotions already done give their bytes at no cost.
-    if (apply_finished()) return true;
+    if (apply_finished_demotions() > 0) return true;
     if (rung == last) {
       // A full tier (backup_rung): demotion is started but not waited for;
       // the least recently used nodes at the last rung make the room now.
       if (demotions_.empty()) start_demotions(wanted, /*l1_copies=*/true);
-      if (apply_finished()) return true;  // an inline engine is done already
+      if (apply_finished_demotions() > 0) return true;  // an inline engine is done already
       if (evict_l2_from(short_by, last) > 0) return true;
     }
     // Demote before any drop: a demotion under way, the oldest, is waited
@@ -529,14 +520,27 @@ void RadixCache::apply_demotion(Ticket ticket, const Status& status) {
   stats_.demoted_tokens[d.job.to_rung] += d.job.from.size();
 }
 
+std::vector<RadixCache::Demotion>::iterator RadixCache::find_demotion(const RadixNode* node) {
+  const auto it = std::find_if(demotions_.begin(), demotions_.end(), [&](const Demotion& d) {
+    return std::find(d.nodes.begin(), d.nodes.end(), node) != d.nodes.end();
+  });
+  HIQ_CHECK_MSG(it != demotions_.end(), "a node under demotion that no demotion lists");
+  return it;
+}
+
+uint64_t RadixCache::apply_finished_demotions() {
+  const uint64_t before = l2_->free_bytes();
+  for (const DemotionCompletion& c : demoter_->poll()) apply_demotion(c.ticket, c.status);
+  return l2_->free_bytes() - before;
+}
+
 uint64_t RadixCache::settle_demotions() {
   if (demotions_.empty()) return 0;
-  const uint64_t before = l2_->free_bytes();
   demoter_->drain();
-  for (const DemotionCompletion& c : demoter_->poll()) apply_demotion(c.ticket, c.status);
+  const uint64_t freed = apply_finished_demotions();
   HIQ_CHECK(demotions_.empty());
   HIQ_CACHE_DEBUG_CHECK();
-  return l2_->free_bytes() - before;
+  return freed;
 }
 
 void RadixCache::demote_ahead() {
@@ -802,10 +806,7 @@ void RadixCache::notify_backup(const RadixNode* node) {
 
 size_t RadixCache::settle_now(RadixNode* node) {
   if (node->transfer == NodeTransfer::kDemote) {
-    auto d = std::find_if(demotions_.begin(), demotions_.end(), [&](const Demotion& e) {
-      return std::find(e.nodes.begin(), e.nodes.end(), node) != e.nodes.end();
-    });
-    HIQ_CHECK_MSG(d != demotions_.end(), "a node under demotion that no demotion lists");
+    const auto d = find_demotion(node);
     const Ticket ticket = d->ticket;
     const size_t tokens = d->job.from.size();
     apply_demotion(ticket, demoter_->wait(ticket));
@@ -848,7 +849,7 @@ void RadixCache::poll_transfers() {
   // last poll ran, not those this poll happens to find complete: its
   // choices are then independent of timing (the simulator is deterministic).
   if (demoter_) {
-    for (const DemotionCompletion& c : demoter_->poll()) apply_demotion(c.ticket, c.status);
+    apply_finished_demotions();
     demote_ahead();
   }
   for (const Completion& c : engine_->poll()) apply(c);

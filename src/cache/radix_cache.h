@@ -313,6 +313,8 @@ class RadixCache {
   uint64_t start_demotions(uint64_t bytes, bool l1_copies);
   bool demotable(const RadixNode* node) const;
   void apply_demotion(Ticket ticket, const Status& status);
+  // Applies the demotions the engine has finished; the bytes they freed.
+  uint64_t apply_finished_demotions();
   // Waits for every demotion in flight and applies it; the bytes freed.
   uint64_t settle_demotions();
   // Starts demotions while less than demotion_watermark of the pool is free.
@@ -340,6 +342,7 @@ class RadixCache {
     DemotionJob job;
     uint64_t saves_bytes;
   };
+  std::vector<Demotion>::iterator find_demotion(const RadixNode* node);  // the one that lists `node`
   std::unique_ptr<DemotionEngine> demoter_;  // a tiered pool only
   std::vector<Demotion> demotions_;
   uint64_t demotion_pending_bytes_ = 0;      // what the demotions in flight will free

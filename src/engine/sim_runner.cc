@@ -67,14 +67,14 @@ SimRunner::SimRunner(DeviceKvPool& l1, const HostKvPool* l2, TransferEngine* eng
       decode_rows(layout, records.data(), kPatterns, back.data(), n);
       restored_.push_back(std::move(back));
     }
-  rungs_ = variants;
+  variants_ = variants;
   // The first values of every pattern row, exact then (with L2) restored,
   // zero-padded: a decode step's expected samples, small enough to stay cached.
   const size_t patterns = kPatterns, rows = static_cast<size_t>(rows_per_token_);
-  samples_.resize(static_cast<size_t>(1 + rungs_) * rows * patterns);
+  samples_.resize(static_cast<size_t>(1 + variants_) * rows * patterns);
   for (size_t i = 0; i < samples_.size(); ++i) {
     const auto r = static_cast<int>(i / patterns % rows);
-    const auto tier = static_cast<int>(i / (patterns * rows));  // 0: exact; 1 + rung: restored from it
+    const auto tier = static_cast<int>(i / (patterns * rows));  // 0: exact; 1 + v: restored_'s variant v
     const size_t elements = l1.row_elements(static_cast<KvPart>(r % parts));
     const uint16_t* row = tier == 0 ? exact(r, i % patterns) : restored(r, i % patterns, tier - 1);
     std::memcpy(samples_[i].data(), row, std::min(elements, kSampleElements) * 2);
@@ -103,14 +103,14 @@ const uint16_t* SimRunner::exact(int row_index, size_t p) const {
   return exact_[static_cast<size_t>(row_index)].data() + p * l1_.row_elements(part);
 }
 
-const uint16_t* SimRunner::restored(int row_index, size_t p, int rung) const {
+const uint16_t* SimRunner::restored(int row_index, size_t p, int variant) const {
   const auto part = static_cast<KvPart>(row_index % l1_.geometry().rows_per_layer());
-  return restored_[static_cast<size_t>(rung * rows_per_token_ + row_index)].data() + p * l1_.row_elements(part);
+  return restored_[static_cast<size_t>(variant * rows_per_token_ + row_index)].data() + p * l1_.row_elements(part);
 }
 
 bool SimRunner::restored_matches(const uint16_t* actual, int row_index, size_t p, size_t elements) const {
-  for (int rung = 0; rung < rungs_; ++rung)
-    if (std::memcmp(actual, restored(row_index, p, rung), elements * 2) == 0) return true;
+  for (int v = 0; v < variants_; ++v)
+    if (std::memcmp(actual, restored(row_index, p, v), elements * 2) == 0) return true;
   return false;
 }
 
@@ -180,8 +180,8 @@ Status SimRunner::verify_samples(std::span<const SlotId> slots, std::span<const 
       const size_t p = pattern(hashes[i], r);
       if (actual == expected[p]) continue;
       bool restored = false;
-      for (int rung = 0; rung < rungs_ && !restored; ++rung)
-        restored = actual == expected[static_cast<size_t>(1 + rung) * patterns * static_cast<size_t>(rows_per_token_) + p];
+      for (int v = 0; v < variants_ && !restored; ++v)
+        restored = actual == expected[static_cast<size_t>(1 + v) * patterns * static_cast<size_t>(rows_per_token_) + p];
       if (restored) continue;
       bad_token = i;
       bad_row = r;

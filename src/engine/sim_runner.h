@@ -120,8 +120,8 @@ class SimRunner final : public ModelRunner {
   static constexpr size_t kSampleElements = 8;
   size_t pattern(uint64_t hash, int row_index) const;
   const uint16_t* exact(int row_index, size_t pattern) const;
-  // Pattern `pattern` of a row as restored_'s variant `rung` has it.
-  const uint16_t* restored(int row_index, size_t pattern, int rung) const;
+  // Pattern `pattern` of a row as restored_'s variant `variant` has it.
+  const uint16_t* restored(int row_index, size_t pattern, int variant) const;
   bool restored_matches(const uint16_t* actual, int row_index, size_t pattern, size_t elements) const;
   // Checks the rows [first_row, last_row) of row index space of the tokens in
   // `slots` (token i has prefix hash hashes[i]); counts a token as verified
@@ -150,7 +150,7 @@ class SimRunner final : public ModelRunner {
   // < rungs is the chain down to rung k; a ladder adds the last rung's
   // round trip of the exact rows.
   std::vector<std::vector<uint16_t>> restored_;
-  int rungs_ = 0;  // variants of restored_
+  int variants_ = 0;  // variants of restored_
   size_t chunk_tokens_;                // tokens per read_rows/write_rows call
   std::vector<uint64_t> hashes_;       // scratch: prefix hashes of one item's tokens
   std::vector<uint16_t> rows_;         // scratch: chunk_tokens_ rows of one (layer, part)

@@ -14,6 +14,21 @@ namespace {
 
 constexpr std::string_view kTiered = "tiered:";
 
+// Each rung below the top has fewer bits per value than the one above it
+// (the top's smaller part, for a K/V pair).
+Status check_ladder(const HostKvPoolOptions& options) {
+  int above = std::min(codec_value_bits(options.codec.k), codec_value_bits(options.codec.v));
+  std::string previous = options.codec.name();
+  for (CodecKind c : options.demotion) {
+    if (codec_value_bits(c) >= above)
+      return invalid_argument("'" + host_codec_name(options) + "': each rung of a ladder must have fewer bits per " +
+                              "value than the one before (" + std::string(codec_name(c)) + " after " + previous + ")");
+    above = codec_value_bits(c);
+    previous = codec_name(c);
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status parse_host_codec(std::string_view spec, HostKvPoolOptions& options) {
@@ -27,18 +42,17 @@ Status parse_host_codec(std::string_view spec, HostKvPoolOptions& options) {
   while (true) {
     const size_t comma = rest.find(',');
     HIQ_ASSIGN_OR_RETURN(const CodecKind codec, parse_codec(rest.substr(0, comma)));
-    if (!ladder.empty() && codec_value_bits(codec) >= codec_value_bits(ladder.back()))
-      return invalid_argument("'" + std::string(spec) + "': each rung of a ladder must have fewer bits per value " +
-                              "than the one before (" + std::string(codec_name(codec)) + " after " +
-                              std::string(codec_name(ladder.back())) + ")");
     ladder.push_back(codec);
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
   if (ladder.size() < 2)
     return invalid_argument("'" + std::string(spec) + "': a ladder needs two codecs or more, e.g. tiered:int8,int4h");
-  options.codec = ladder.front();
-  options.demotion.assign(ladder.begin() + 1, ladder.end());
+  HostKvPoolOptions parsed = options;
+  parsed.codec = ladder.front();
+  parsed.demotion.assign(ladder.begin() + 1, ladder.end());
+  HIQ_RETURN_IF_ERROR(check_ladder(parsed));
+  options = std::move(parsed);
   return Status::ok();
 }
 
@@ -71,14 +85,9 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
     return invalid_argument("--hicache-codec " + host_codec_name(options) +
                             " needs a BF16 L1; this model's L1 is " + std::string(l1_dtype_name(geometry.l1_dtype)) +
                             " (use --hicache-codec bf16, which copies rows unchanged)");
+  HIQ_RETURN_IF_ERROR(check_ladder(options).with_context("--hicache-codec"));
   std::vector<KvCodecs> codecs = {options.codec};
-  for (CodecKind c : options.demotion) {
-    const int above = std::min(codec_value_bits(codecs.back().k), codec_value_bits(codecs.back().v));
-    if (codec_value_bits(c) >= above)
-      return invalid_argument("--hicache-codec " + host_codec_name(options) +
-                              ": each rung must have fewer bits per value than the one before");
-    codecs.emplace_back(c);
-  }
+  codecs.insert(codecs.end(), options.demotion.begin(), options.demotion.end());
   std::vector<Rung> rungs;
   for (const KvCodecs& codec : codecs) {
     Rung r{codec, {}, {}, 0};

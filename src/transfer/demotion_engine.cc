@@ -77,30 +77,31 @@ Ticket DemotionEngine::submit(DemotionJob job) {
       return running_.back();
     }
   }
-  const Status status = run(j, inline_scratch_);
-  std::lock_guard lock(mu_);
-  std::erase(running_, j.ticket);
-  done_.push_back({j.ticket, j.job.from.size(), status});
+  run(j, inline_scratch_);
   return j.ticket;
 }
 
-Status DemotionEngine::run(const Job& job, std::vector<std::byte>& scratch) {
+void DemotionEngine::run(const Job& job, std::vector<std::byte>& scratch) {
   const auto start = std::chrono::steady_clock::now();
   Status status = options_.before_job ? options_.before_job(job.ticket) : Status::ok();
   if (status.is_ok()) status = demote_records(pool_, job.job, scratch, nullptr, options_.codec_impl);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::lock_guard lock(mu_);
-  if (!status.is_ok()) {
-    ++stats_.failed_jobs;
-  } else {
-    const uint64_t tokens = job.job.from.size();
-    ++stats_.jobs;
-    stats_.tokens += tokens;
-    stats_.bytes_read += tokens * pool_.bytes_per_token(job.job.from_rung);
-    stats_.bytes_written += tokens * pool_.bytes_per_token(job.job.to_rung);
-    stats_.seconds += seconds;
+  {
+    std::lock_guard lock(mu_);
+    std::erase(running_, job.ticket);
+    done_.push_back({job.ticket, job.job.from.size(), status});
+    if (!status.is_ok()) {
+      ++stats_.failed_jobs;
+    } else {
+      const uint64_t tokens = job.job.from.size();
+      ++stats_.jobs;
+      stats_.tokens += tokens;
+      stats_.bytes_read += tokens * pool_.bytes_per_token(job.job.from_rung);
+      stats_.bytes_written += tokens * pool_.bytes_per_token(job.job.to_rung);
+      stats_.seconds += seconds;
+    }
   }
-  return status;
+  done_cv_.notify_all();
 }
 
 void DemotionEngine::work() {
@@ -114,13 +115,7 @@ void DemotionEngine::work() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    const Status status = run(job, scratch);
-    {
-      std::lock_guard lock(mu_);
-      std::erase(running_, job.ticket);
-      done_.push_back({job.ticket, job.job.from.size(), status});
-    }
-    done_cv_.notify_all();
+    run(job, scratch);
   }
 }
 

@@ -82,8 +82,8 @@ class DemotionEngine {
     DemotionJob job;
   };
   void work();
-  // Runs one job; its status.
-  Status run(const Job& job, std::vector<std::byte>& scratch);
+  // Runs one job and records its completion.
+  void run(const Job& job, std::vector<std::byte>& scratch);
 
   HostKvPool& pool_;
   const DemotionEngineOptions options_;

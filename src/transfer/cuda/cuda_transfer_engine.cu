@@ -185,8 +185,8 @@ class CudaEngine final : public CudaTransferEngine {
 
   LaunchShape transfer_launch_shape() const override {
     int warps = 0;
-    for (const auto& shapes : {encode_, decode_})
-      for (const cuda::KernelShape& shape : shapes) warps = std::max(warps, shape.warps_per_block);
+    for (const auto* shapes : {&encode_, &decode_})
+      for (const cuda::KernelShape& shape : *shapes) warps = std::max(warps, shape.warps_per_block);
     return {options_.gpu_sms, load_blocks(), two_load_streams() ? 2 : 1, warps * 32};
   }
 

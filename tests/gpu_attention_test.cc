@@ -3,8 +3,9 @@
 // are and are not multiples of the tiles, several sequences per batch, GQA
 // groups of 1, 4 and 8, and context slots scattered over the pool. Every
 // output element is poisoned first, so one the kernel skips is an error. The
-// Hopper kernel runs where the GPU is compute capability 9.0 (it skips
-// elsewhere); the portable one runs on every GPU. Skipped without a GPU.
+// Hopper kernel, in both its forms, runs where the GPU is compute capability
+// 9.0 (it skips elsewhere); the portable one runs on every GPU. Skipped
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -133,6 +134,12 @@ std::vector<float> run(const Problem& p, AttentionKernel kernel, int multiproces
       "workspace");
   EXPECT_TRUE(workspace.is_ok());
   a.workspace = static_cast<float*>(workspace->get());
+  a.context_entries = static_cast<int>(p.slots.size());
+  // Poisoned: a staged row the kernel reads before its gather wrote it shows as NaN.
+  auto staging = cuda::device_alloc(std::max<size_t>(1, cuda::attention_staging_bytes(a)), "staging");
+  EXPECT_TRUE(staging.is_ok());
+  EXPECT_EQ(cudaMemset(staging->get(), 0xff, std::max<size_t>(1, cuda::attention_staging_bytes(a))), cudaSuccess);
+  a.staging = staging->get();
   const Status status = cuda::launch_attention(a, nullptr);
   EXPECT_TRUE(status.is_ok()) << status.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -167,7 +174,7 @@ class GpuAttentionTest : public ::testing::TestWithParam<AttentionKernel> {
  protected:
   void SetUp() override {
     HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
-    if (GetParam() == AttentionKernel::kSm90 && !device_is_sm90())
+    if (GetParam() != AttentionKernel::kPortable && !device_is_sm90())
       GTEST_SKIP() << "the sm90 kernel runs on compute capability 9.0 only";
     int device = 0;
     ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
@@ -194,16 +201,21 @@ TEST_P(GpuAttentionTest, MatchesAFloat64ReferenceOnPrefillsAndCachedPrefixes) {
     EXPECT_TRUE(finite) << "an output element was not written (or is not finite), shape " << seed - 1;
     // BF16 inputs, P rounded to BF16 before P·V, BF16 output: ~0.3 % typically.
     EXPECT_LT(error, 1e-2) << "shape " << seed - 1 << ", splits " << splits;
-    if (GetParam() == AttentionKernel::kSm90) {
+    if (GetParam() != AttentionKernel::kPortable) {
       EXPECT_EQ(splits, 1);
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, GpuAttentionTest,
-                         ::testing::Values(AttentionKernel::kPortable, AttentionKernel::kSm90),
+                         ::testing::Values(AttentionKernel::kPortable, AttentionKernel::kSm90,
+                                           AttentionKernel::kSm90Staged),
                          [](const ::testing::TestParamInfo<AttentionKernel>& kernel) {
-                           return kernel.param == AttentionKernel::kSm90 ? "Sm90" : "Portable";
+                           switch (kernel.param) {
+                             case AttentionKernel::kSm90: return "Sm90";
+                             case AttentionKernel::kSm90Staged: return "Sm90Staged";
+                             default: return "Portable";
+                           }
                          });
 
 TEST(GpuAttentionChoiceTest, PicksTheSm90KernelOnlyForBatchesThatFillTheGpu) {

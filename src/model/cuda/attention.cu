@@ -339,7 +339,7 @@ AttentionKernel attention_kernel_for(const AttentionArgs& a, int multiprocessors
 }
 
 int attention_splits(const AttentionArgs& a, int multiprocessors) {
-  if (a.kernel == AttentionKernel::kSm90) return 1;
+  if (a.kernel != AttentionKernel::kPortable) return 1;
   const int rows = rows_per_block(a);
   const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + rows - 1) / rows;
   const long blocks = static_cast<long>(row_tiles) * a.num_sequences * a.kv_heads;
@@ -359,7 +359,7 @@ Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.heads <= 0 || a.kv_heads <= 0 || a.heads % a.kv_heads != 0)
     return invalid_argument("attention: heads must be a positive multiple of kv_heads");
   if (a.splits > 1 && a.workspace == nullptr) return invalid_argument("attention: split contexts need a workspace");
-  if (a.kernel == AttentionKernel::kSm90) return launch_attention_sm90(a, stream);
+  if (a.kernel != AttentionKernel::kPortable) return launch_attention_sm90(a, stream);
   switch (a.head_dim) {
     case 16: return launch<16>(a, stream);
     case 32: return launch<32>(a, stream);

@@ -18,7 +18,11 @@
 // Two kernels compute this: a portable one (attention.cu: mma.sync, any head
 // dim, context splits) and, on Hopper, one on the warpgroup instructions
 // (attention_sm90.cu: head_dim 128, no splits) for batches whose rows fill
-// the GPU — prefill. attention_kernel_for() chooses.
+// the GPU — prefill. attention_kernel_for() chooses. The Hopper kernel comes
+// in two forms: one gathers K and V from L1 by slot itself; the staged one
+// first gathers each sequence's context into a contiguous staging buffer
+// (one copy of the context per layer), which the bulk tensor copy engine
+// then streams into shared memory without the compute threads' help.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -41,6 +45,7 @@ struct alignas(16) AttentionSequence {
 enum class AttentionKernel {
   kPortable,  // attention.cu: every GPU, every supported head dim, context splits
   kSm90,      // attention_sm90.cu: compute capability 9.0, head_dim 128, one split
+  kSm90Staged,  // the same, the context first gathered into AttentionArgs::staging (not in graphs: see below)
 };
 
 struct AttentionArgs {
@@ -60,6 +65,9 @@ struct AttentionArgs {
   float* workspace = nullptr;   // attention_workspace_floats(...) floats, for split contexts
   int splits = 1;               // from attention_splits()
   AttentionKernel kernel = AttentionKernel::kPortable;  // from attention_kernel_for()
+  // kSm90Staged only: Σ kv_len over the sequences, and attention_staging_bytes() of device memory.
+  int context_entries = 0;
+  void* staging = nullptr;
 };
 
 // The head dims the kernel is built for.
@@ -77,11 +85,17 @@ int attention_splits(const AttentionArgs& args, int multiprocessors);
 // Floats of workspace a call with `splits` needs (0 when splits == 1).
 size_t attention_workspace_floats(int splits, int num_tokens, int heads, int head_dim);
 
+// Bytes of staging a kSm90Staged call needs (0 for the other kernels): K and
+// V of every sequence's context, each followed by one tile of zeros. Its
+// launch encodes tensor maps of this buffer's address and extent, which a
+// captured CUDA graph would freeze: decode graphs use kSm90 or kPortable.
+size_t attention_staging_bytes(const AttentionArgs& args);
+
 // Launches the attention (and, for splits > 1, the combine) on `stream`, with
 // args.kernel (an error if that kernel cannot run these args here).
 Status launch_attention(const AttentionArgs& args, cudaStream_t stream);
 
-// The kSm90 kernel alone (attention_sm90.cu).
+// The kSm90 and kSm90Staged kernels alone (attention_sm90.cu).
 bool attention_sm90_supports(const AttentionArgs& args);
 Status launch_attention_sm90(const AttentionArgs& args, cudaStream_t stream);
 

@@ -131,21 +131,31 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
     row.flops = 4.0 * o.head_dim * o.heads * pairs;
 
     std::vector<float> portable_out;
-    for (AttentionKernel kernel : {AttentionKernel::kPortable, AttentionKernel::kSm90}) {
+    args.context_entries = context;
+    for (AttentionKernel kernel :
+         {AttentionKernel::kPortable, AttentionKernel::kSm90, AttentionKernel::kSm90Staged}) {
       args.kernel = kernel;
       args.splits = cuda::attention_splits(args, multiprocessors);
-      if (kernel == AttentionKernel::kSm90 && cuda::attention_kernel_for(args, multiprocessors) != kernel)
-        continue;  // not this GPU's, or not this shape's
+      // The Hopper forms run where the chooser would pick the Hopper kernel: this GPU, this shape.
+      if (kernel != AttentionKernel::kPortable &&
+          cuda::attention_kernel_for(args, multiprocessors) != AttentionKernel::kSm90)
+        continue;
       HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory workspace,
                            cuda::device_alloc(std::max<size_t>(1, cuda::attention_workspace_floats(
                                                                        args.splits, tokens, o.heads, o.head_dim)) *
                                                   sizeof(float),
                                               "attention workspace"));
       args.workspace = static_cast<float*>(workspace.get());
+      // The staged kernel's time includes its gather into this buffer.
+      HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory staging,
+                           cuda::device_alloc(std::max<size_t>(1, cuda::attention_staging_bytes(args)), "staging"));
+      args.staging = staging.get();
       // NaN everywhere first: an element the kernel skipped shows as an error.
       HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(out.get(), 0xff, static_cast<size_t>(tokens) * q_row * 2));
       AttentionBenchReport::Kernel k_row;
-      k_row.name = kernel == AttentionKernel::kSm90 ? "sm90" : "portable";
+      k_row.name = kernel == AttentionKernel::kSm90         ? "sm90"
+                   : kernel == AttentionKernel::kSm90Staged ? "sm90-staged"
+                                                            : "portable";
       HIQ_ASSIGN_OR_RETURN(k_row.seconds, median_launch_seconds(args, o.seconds_per_measurement, stream.get()));
       HIQ_ASSIGN_OR_RETURN(std::vector<float> result, download_bf16(out.get(), static_cast<size_t>(tokens) * q_row));
       if (kernel == AttentionKernel::kPortable) portable_out = std::move(result);

@@ -6,9 +6,14 @@
 // sequence (a row is a (query token, query head) pair, as in attention.cu), so
 // every K/V tile it stages serves all the query heads of the group.
 //   - Q (128 rows × 128) is staged once in shared memory; K and V stream
-//     through it in tiles of 128 context tokens, two stages deep, gathered
-//     from L1 by slot with cp.async (the paged layout rules out the bulk
-//     tensor copy: consecutive tokens are not consecutive rows).
+//     through it in tiles of 128 context tokens, three stages deep. The
+//     kSm90 form gathers them from L1 by slot with cp.async, every thread
+//     taking a share (the paged layout rules out the bulk tensor copy:
+//     consecutive tokens are not consecutive rows). The kSm90Staged form
+//     first copies each sequence's context into a contiguous staging buffer
+//     (stage_context_kernel, one pass over the context per layer); one
+//     thread then moves each tile with the bulk tensor copy engine, which
+//     writes the swizzled layout below itself and completes on an mbarrier.
 //   - Shared tiles use the 128-byte swizzle the tensor cores read without
 //     bank conflicts: a tile is two panels of 64 head-dim elements; in a
 //     panel, row r's 16-byte chunk c sits at chunk c ^ (r mod 8).
@@ -22,6 +27,7 @@
 //
 // Built only for sm_90a (its own target in src/CMakeLists.txt); on any other
 // device code path the kernel body is empty and the launcher is never chosen.
+#include <cuda.h>  // CUtensorMap and its enums only: the encoder comes through the runtime
 #include <cuda_bf16.h>
 
 #include <cfloat>
@@ -45,8 +51,13 @@ constexpr int kQBytes = kRows * kD * 2;
 constexpr int kKvBytes = kTile * kD * 2;  // one K or V tile
 constexpr int kStageBytes = 2 * kKvBytes;
 constexpr int kStages = 3;
-// Q, the stages, a full and an empty barrier per stage and one for Q, and room to align the base to 1 KB.
-constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + (2 * kStages + 1) * 8 + 1024;
+// Q, the stages, three barriers per stage (K full, V full, empty) and one for
+// Q, and room to align the base to 1 KB.
+constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + (3 * kStages + 1) * 8 + 1024;
+// Zero rows the staging buffer keeps after each sequence's context: a tile
+// read past the context's end reads zeros, never the next sequence's values
+// (P is 0 there, but 0 · inf would not be).
+constexpr int kStagingPad = kTile;
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define HIQ_SM90A_DEVICE 1
@@ -154,6 +165,30 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// One box of a 3-D tensor map (head-dim element, KV head, staged row) into
+// shared memory, counted against `bar`'s expected bytes.
+__device__ __forceinline__ void bulk_copy_3d(uint32_t dst, const CUtensorMap& map, int c0, int c1, int c2,
+                                             uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+// A K or V tile of staged rows [row, row + kTile) of `kv_head`: two boxes of
+// 64 head-dim elements, one per swizzled panel.
+__device__ __forceinline__ void bulk_copy_tile(uint32_t tile, const CUtensorMap& map, int kv_head, int row,
+                                               uint32_t bar) {
+  mbarrier_expect_bytes(bar, kKvBytes);
+  bulk_copy_3d(tile, map, 0, kv_head, row, bar);
+  bulk_copy_3d(tile + kTile * kPanelBytes, map, 64, kv_head, row, bar);
+}
+
 // Pins accumulator registers at this point of the program: the compiler may
 // not move their reads above a wgmma wait, nor their writes below an issue.
 __device__ __forceinline__ void fence_registers(float (&d)[64]) {
@@ -240,25 +275,34 @@ __device__ __forceinline__ void softmax_to_p(float (&s)[64], float (&o)[64], uin
 }
 #endif
 
-// Schedule. Every thread gathers a share of each K and V tile (three stages
-// of each), two threads per token, with the token's slot looked up a tile
-// ahead. The copies issued at iteration t (K of t + 2, V of t + 1) land by
-// iteration t + 1 and are published on full[t + 1] first thing there; a
-// stage is overwritten only after both warpgroups passed the iteration that
-// freed it (empty[]). The two warpgroups take turns on the tensor cores
+// Schedule. K and V flow through three stages each. At iteration t the
+// copies of K(t + 2) and V(t + 1) are issued, into the stage that K(t − 1)
+// and V(t − 2) freed once both warpgroups passed iteration t − 1 (empty[]).
+// The kSm90 form has every thread gather a share of each tile, two threads
+// per token, with the token's slot looked up a tile ahead; K goes before the
+// softmax and V after, and a thread publishes its copies of iteration t − 1
+// on full[t] first thing at iteration t. The kSm90Staged form has thread 0
+// issue both tiles as bulk tensor copies that complete on k_full[] and
+// v_full[] by themselves. The two warpgroups take turns on the tensor cores
 // (named barriers 1 and 2): while one issues P·V of its tile and Q·Kᵀ of the
 // next, the other runs its softmax, so neither unit waits on the other.
-// Measured on the H200 (bench attention, causal 8K / 16K): lockstep with one
-// __syncthreads per tile 345 / 355 TFLOP/s; taking turns 387 / 401; K and V
-// copies split around the softmax and published early 452 / 477.
-__global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionArgs a) {
+// Measured on the H200 (bench attention, causal 8K / 16K, kSm90): lockstep
+// with one __syncthreads per tile 345 / 355 TFLOP/s; taking turns 387 / 401;
+// K and V copies split around the softmax and published early 452 / 477.
+template <bool kStaged>
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_sm90_kernel(AttentionArgs a, const __grid_constant__ CUtensorMap k_map,
+                          const __grid_constant__ CUtensorMap v_map) {
 #ifdef HIQ_SM90A_DEVICE
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // The swizzle is a function of the address bits, so tiles start on 1 KB.
   const uint32_t base = (smem_address(smem_raw) + 1023) & ~1023u;
   const uint32_t q_tile = base;
   const uint32_t stages = base + kQBytes;
-  const uint32_t full = stages + kStages * kStageBytes, empty = full + kStages * 8, q_full = empty + kStages * 8;
+  // kSm90: full[] counts every thread's copies; kSm90Staged: full[] is K's
+  // bulk copies and v_full[] V's.
+  const uint32_t full = stages + kStages * kStageBytes, v_full = full + kStages * 8, empty = v_full + kStages * 8,
+                 q_full = empty + kStages * 8;
 
   const int group = a.heads / a.kv_heads;
   const int seq_index = blockIdx.y / a.kv_heads, kv_head = blockIdx.y % a.kv_heads;
@@ -280,15 +324,30 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionAr
   const auto v_tile = [&](int t) { return stages + (t % kStages) * kStageBytes + kKvBytes; };
   const auto barrier = [](uint32_t bars, int t) { return bars + 8 * (t % kStages); };
   const auto phase_of = [](int t) { return static_cast<uint32_t>((t / kStages) & 1); };
+  // kSm90Staged: the sequence's first row in the staging buffer, and the one thread that issues the copies.
+  const int staged_row0 = seq.slot_start + seq_index * kStagingPad;
+  const bool producer = kStaged && threadIdx.x == 0;
+  const auto bulk_k = [&](int t) { bulk_copy_tile(k_tile(t), k_map, kv_head, staged_row0 + t * kTile, barrier(full, t)); };
+  const auto bulk_v = [&](int t) {
+    bulk_copy_tile(v_tile(t), v_map, kv_head, staged_row0 + t * kTile, barrier(v_full, t));
+  };
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
-      mbarrier_init(full + 8 * i, kThreads);
+      mbarrier_init(full + 8 * i, kStaged ? 1 : kThreads);
+      mbarrier_init(v_full + 8 * i, 1);
       mbarrier_init(empty + 8 * i, kThreads);
     }
     mbarrier_init(q_full, kThreads);
+    // The bulk copies complete on these barriers through the async proxy.
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  if (producer) {
+    bulk_k(0);
+    if (tiles > 1) bulk_k(1);
+    bulk_v(0);
+  }
 
   // Q: the block's rows, gathered from the QKV buffer; rows past the end are zeros.
   for (int i = threadIdx.x; i < kRows * (kD / 8); i += kThreads) {
@@ -301,21 +360,27 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionAr
                                c * 8;
     copy16_async(q_tile + swizzled(kRows, r, c), src, valid);
   }
-  // Copy groups: Q with K0; then K1 with V0; then, at iteration t, K(t+2)
-  // with V(t+1). The group issued at iteration t − 1 lands by iteration t
-  // and is published on full[t]: it holds the K of t + 1 and the V of t,
-  // what the tensor-core turn of iteration t reads.
+  // kSm90 copy groups: Q with K0; then K1 with V0; then, at iteration t,
+  // K(t+2) with V(t+1). The group issued at iteration t − 1 lands by
+  // iteration t and is published on full[t]: it holds the K of t + 1 and the
+  // V of t, what the tensor-core turn of iteration t reads.
   static_assert(kThreads == 2 * kTile, "two threads gather each token of a tile");
-  const uint32_t slot0 = slot_of(slots, 0, kv_end), slot1 = slot_of(slots, 1, kv_end);
-  load_tile(k_tile(0), a.k_plane, a.kv_heads, slot0, kv_head);
-  async_commit();
-  if (tiles > 1) load_tile(k_tile(1), a.k_plane, a.kv_heads, slot1, kv_head);
-  load_tile(v_tile(0), a.v_plane, a.kv_heads, slot0, kv_head);
-  async_commit();
-  uint32_t v_slot = slot1;                          // V of tile t + 1
-  uint32_t k_slot = slot_of(slots, 2, kv_end);      // K of tile t + 2
+  uint32_t v_slot = 0, k_slot = 0;  // kSm90: the slots of V(t + 1) and K(t + 2)
+  if constexpr (kStaged) {
+    async_commit();
+    async_wait<0>();
+  } else {
+    const uint32_t slot0 = slot_of(slots, 0, kv_end), slot1 = slot_of(slots, 1, kv_end);
+    load_tile(k_tile(0), a.k_plane, a.kv_heads, slot0, kv_head);
+    async_commit();
+    if (tiles > 1) load_tile(k_tile(1), a.k_plane, a.kv_heads, slot1, kv_head);
+    load_tile(v_tile(0), a.v_plane, a.kv_heads, slot0, kv_head);
+    async_commit();
+    v_slot = slot1;
+    k_slot = slot_of(slots, 2, kv_end);
+    async_wait<1>();
+  }
   // Copies are generic-proxy writes; wgmma reads through the async proxy.
-  async_wait<1>();
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   mbarrier_arrive(q_full);
 
@@ -339,18 +404,30 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionAr
   // Warpgroup 0 goes first.
   if (warpgroup == 1) named_barrier_arrive(1);
   mbarrier_wait(q_full, 0);
+  if constexpr (kStaged) mbarrier_wait(barrier(full, 0), 0);
   named_barrier_sync(my_turn);
   wgmma_fence();
   issue_scores(s, q_rows, k_tile(0));
   wgmma_commit();
   named_barrier_arrive(their_turn);
 
-  // Publishes the copies issued an iteration ago, first thing, so the other
-  // warpgroup never waits on this one's softmax.
+  // kSm90: publishes the copies issued an iteration ago, first thing, so the
+  // other warpgroup never waits on this one's softmax.
   const auto publish = [&](int t) {
-    async_wait<0>();
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    mbarrier_arrive(barrier(full, t));
+    if constexpr (!kStaged) {
+      async_wait<0>();
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      mbarrier_arrive(barrier(full, t));
+    }
+  };
+  // Waits for V(t) and K(t + 1), what the tensor-core turn of iteration t reads.
+  const auto wait_operands = [&](int t, bool next_k) {
+    if constexpr (kStaged) {
+      mbarrier_wait(barrier(v_full, t), phase_of(t));
+      if (next_k) mbarrier_wait(barrier(full, t + 1), phase_of(t + 1));
+    } else {
+      mbarrier_wait(barrier(full, t), phase_of(t));
+    }
   };
 
   // Every tile but the last: its softmax, then P·V of it and Q·Kᵀ of the next.
@@ -363,16 +440,26 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionAr
     publish(t);
 
     // K(t + 2) and V(t + 1) overwrite K(t − 1) and V(t − 2), free once both
-    // warpgroups passed iteration t − 1. K goes before the softmax, V after,
-    // so that neither burst of copies holds up the turn on the tensor cores.
-    if (t >= 1) mbarrier_wait(barrier(empty, t - 1), phase_of(t - 1));
-    if (t + 2 < tiles) load_tile(k_tile(t + 2), a.k_plane, a.kv_heads, k_slot, kv_head);
-    softmax_to_p(s, o, p, softmax, kv0, kv_end, block_first_position, row_position, scale_log2, lane);
-    load_tile(v_tile(t + 1), a.v_plane, a.kv_heads, v_slot, kv_head);
-    async_commit();
-    v_slot = k_slot;
-    k_slot = slot_of(slots, t + 3, kv_end);
-    mbarrier_wait(barrier(full, t), phase_of(t));
+    // warpgroups passed iteration t − 1.
+    if constexpr (kStaged) {
+      if (producer) {
+        if (t >= 1) mbarrier_wait(barrier(empty, t - 1), phase_of(t - 1));
+        if (t + 2 < tiles) bulk_k(t + 2);
+        bulk_v(t + 1);
+      }
+      softmax_to_p(s, o, p, softmax, kv0, kv_end, block_first_position, row_position, scale_log2, lane);
+    } else {
+      // K goes before the softmax, V after, so that neither burst of copies
+      // holds up the turn on the tensor cores.
+      if (t >= 1) mbarrier_wait(barrier(empty, t - 1), phase_of(t - 1));
+      if (t + 2 < tiles) load_tile(k_tile(t + 2), a.k_plane, a.kv_heads, k_slot, kv_head);
+      softmax_to_p(s, o, p, softmax, kv0, kv_end, block_first_position, row_position, scale_log2, lane);
+      load_tile(v_tile(t + 1), a.v_plane, a.kv_heads, v_slot, kv_head);
+      async_commit();
+      v_slot = k_slot;
+      k_slot = slot_of(slots, t + 3, kv_end);
+    }
+    wait_operands(t, /*next_k=*/true);
 
     named_barrier_sync(my_turn);
     fence_registers(o);
@@ -391,7 +478,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionAr
   fence_registers(o);
   publish(last);
   softmax_to_p(s, o, p, softmax, last * kTile, kv_end, block_first_position, row_position, scale_log2, lane);
-  mbarrier_wait(barrier(full, last), phase_of(last));
+  wait_operands(last, /*next_k=*/false);
   named_barrier_sync(my_turn);
   fence_registers(o);
   wgmma_fence();
@@ -421,21 +508,107 @@ __global__ void __launch_bounds__(kThreads, 1) attention_sm90_kernel(AttentionAr
 #endif
 }
 
+// kSm90Staged's first step: sequence blockIdx.y's context, K and V, from L1
+// by slot into its staging rows, then kStagingPad rows of zeros. A staged
+// row is one token's [kv_heads][head_dim], 16 bytes a thread.
+constexpr int kStageRowsPerBlock = 16;
+__global__ void __launch_bounds__(kThreads) stage_context_kernel(AttentionArgs a, __nv_bfloat16* k_staged,
+                                                                 __nv_bfloat16* v_staged) {
+  const AttentionSequence seq = a.sequences[blockIdx.y];
+  const int chunks = a.kv_heads * kD / 8;  // 16-byte chunks of a row
+  const int first = blockIdx.x * kStageRowsPerBlock;
+  if (first >= seq.kv_len + kStagingPad) return;
+  const int64_t staged_row0 = static_cast<int64_t>(seq.slot_start) + static_cast<int64_t>(blockIdx.y) * kStagingPad;
+  for (int i = threadIdx.x; i < kStageRowsPerBlock * chunks; i += kThreads) {
+    const int token = first + i / chunks, c = i % chunks;
+    if (token >= seq.kv_len + kStagingPad) break;
+    uint4 k = make_uint4(0, 0, 0, 0), v = k;
+    if (token < seq.kv_len) {
+      const int64_t src = static_cast<int64_t>(__ldg(a.slots + seq.slot_start + token)) * chunks + c;
+      k = __ldg(reinterpret_cast<const uint4*>(a.k_plane) + src);
+      v = __ldg(reinterpret_cast<const uint4*>(a.v_plane) + src);
+    }
+    const int64_t dst = (staged_row0 + token) * chunks + c;
+    reinterpret_cast<uint4*>(k_staged)[dst] = k;
+    reinterpret_cast<uint4*>(v_staged)[dst] = v;
+  }
+}
+
+// Staged rows of a call: every context, each followed by its padding.
+int64_t staged_rows(const AttentionArgs& a) {
+  return static_cast<int64_t>(a.context_entries) + static_cast<int64_t>(a.num_sequences) * kStagingPad;
+}
+
+// cuTensorMapEncodeTiled from the driver, through the runtime (no link to libcuda).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+Result<EncodeTiled> encode_tiled() {
+  static void* function = nullptr;
+  static const cudaError_t found = [] {
+    cudaDriverEntryPointQueryResult result{};
+    const cudaError_t e =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &result);
+    return e == cudaSuccess && result != cudaDriverEntryPointSuccess ? cudaErrorNotSupported : e;
+  }();
+  HIQ_CUDA_RETURN_IF_ERROR(found);
+  return reinterpret_cast<EncodeTiled>(function);
+}
+
+// The tensor map of one staged plane: [row][kv_head][head_dim] BF16, boxes of
+// 64 head-dim elements × 1 head × kTile rows, 128-byte swizzled.
+Result<CUtensorMap> staged_plane_map(void* plane, const AttentionArgs& a) {
+  HIQ_ASSIGN_OR_RETURN(const EncodeTiled encode, encode_tiled());
+  const cuuint64_t dims[3] = {kD, static_cast<cuuint64_t>(a.kv_heads), static_cast<cuuint64_t>(staged_rows(a))};
+  const cuuint64_t strides[2] = {kD * 2, static_cast<cuuint64_t>(a.kv_heads) * kD * 2};  // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {64, 1, kTile}, element_strides[3] = {1, 1, 1};
+  CUtensorMap map{};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, plane, dims, strides, box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return internal_error("attention_sm90: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
+  return map;
+}
+
+template <bool kStaged>
+Status launch_kernel(const AttentionArgs& a, const CUtensorMap& k_map, const CUtensorMap& v_map,
+                     cudaStream_t stream) {
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      attention_sm90_kernel<kStaged>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  HIQ_CUDA_RETURN_IF_ERROR(configured);
+  const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + kRows - 1) / kRows;
+  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.num_sequences * a.kv_heads));
+  attention_sm90_kernel<kStaged><<<grid, kThreads, kSmemBytes, stream>>>(a, k_map, v_map);
+  return cuda_status(cudaGetLastError(), "attention_sm90_kernel");
+}
+
 }  // namespace
 
 bool attention_sm90_supports(const AttentionArgs& a) {
   return a.head_dim == kD && a.splits == 1 && a.heads % a.kv_heads == 0;
 }
 
+size_t attention_staging_bytes(const AttentionArgs& a) {
+  if (a.kernel != AttentionKernel::kSm90Staged) return 0;
+  return 2 * static_cast<size_t>(staged_rows(a)) * static_cast<size_t>(a.kv_heads) * static_cast<size_t>(a.head_dim) *
+         sizeof(__nv_bfloat16);
+}
+
 Status launch_attention_sm90(const AttentionArgs& a, cudaStream_t stream) {
   if (!attention_sm90_supports(a)) return invalid_argument("attention_sm90: needs head_dim 128 and one context split");
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(attention_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  HIQ_CUDA_RETURN_IF_ERROR(configured);
-  const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + kRows - 1) / kRows;
-  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.num_sequences * a.kv_heads));
-  attention_sm90_kernel<<<grid, kThreads, kSmemBytes, stream>>>(a);
-  return cuda_status(cudaGetLastError(), "attention_sm90_kernel");
+  if (a.kernel != AttentionKernel::kSm90Staged) return launch_kernel<false>(a, CUtensorMap{}, CUtensorMap{}, stream);
+  if (a.staging == nullptr || a.context_entries <= 0)
+    return invalid_argument("attention_sm90: the staged kernel needs its staging buffer and the context's size");
+  auto* k_staged = static_cast<__nv_bfloat16*>(a.staging);
+  __nv_bfloat16* v_staged = k_staged + staged_rows(a) * a.kv_heads * kD;
+  const dim3 stage_grid(static_cast<unsigned>((a.max_kv_len + kStagingPad + kStageRowsPerBlock - 1) / kStageRowsPerBlock),
+                        static_cast<unsigned>(a.num_sequences));
+  stage_context_kernel<<<stage_grid, kThreads, 0, stream>>>(a, k_staged, v_staged);
+  HIQ_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  HIQ_ASSIGN_OR_RETURN(const CUtensorMap k_map, staged_plane_map(k_staged, a));
+  HIQ_ASSIGN_OR_RETURN(const CUtensorMap v_map, staged_plane_map(v_staged, a));
+  return launch_kernel<true>(a, k_map, v_map, stream);
 }
 
 }  // namespace hiq::cuda

@@ -110,6 +110,7 @@ struct PassShape {
   int logit_rows = 0;  // rows the LM head computes
   int max_q_len = 0;
   int max_kv_len = 0;  // what attention's context splits are sized for
+  int context = 0;     // Σ kv_len: the context slot table's entries
   bool decode = false;  // a decode batch at its bucket: its kernels can be a graph's
   cuda::DecodeGraphs::Key key() const { return {rows, max_kv_len}; }
 };
@@ -167,6 +168,7 @@ class CudaModelImpl final : public CudaModel {
   Status enqueue(DeviceKvPool& l1, const PassShape& p, const PassLayout& layout,
                  const BeforeLayerAttention& before_attention);
   Status download(LogitsWanted logits, int logit_rows);
+  // The scratch a decode graph may read (attention_staging_ is prefill's alone).
   std::array<const Scratch*, 12> scratch() const {
     return {&x_,    &normed_, &qkv_,    &attn_, &delta_,        &gate_up_,
             &act_,  &rows_,   &logits_, &next_, &attention_ws_, &inputs_};
@@ -184,7 +186,8 @@ class CudaModelImpl final : public CudaModel {
   std::vector<DeviceLayer> layers_;
   size_t weight_bytes_ = 0;
   // Scratch, sized for the largest pass so far.
-  Scratch x_, normed_, qkv_, attn_, delta_, gate_up_, act_, rows_, logits_, next_, attention_ws_, inputs_;
+  Scratch x_, normed_, qkv_, attn_, delta_, gate_up_, act_, rows_, logits_, next_, attention_ws_, attention_staging_,
+      inputs_;
   cuda::PinnedMemory staging_;  // host side of inputs_ and of the results
   size_t staging_bytes_ = 0;
   cuda::StageMarks marks_;
@@ -257,7 +260,7 @@ Status CudaModelImpl::upload(const CpuModelWeights& w) {
 size_t CudaModelImpl::workspace_bytes() const {
   size_t total = 0;
   for (const Scratch* s : scratch()) total += s->bytes;
-  return total;
+  return total + attention_staging_.bytes;
 }
 
 Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const ModelSequence> batch,
@@ -283,6 +286,7 @@ Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const Mod
   p.logit_rows = static_cast<int>(logit_rows);
   p.max_q_len = max_q_len;
   p.max_kv_len = max_kv_len;
+  p.context = static_cast<int>(context);
   // Every sequence brings one token: a decode batch, at its bucket's shape.
   const int bucket = max_q_len == 1 ? decode_batch_bucket(p.sequences, options_.cuda_graph_max_batch) : 0;
   if (bucket > 0) {
@@ -393,7 +397,14 @@ cuda::AttentionArgs CudaModelImpl::attention_args(const PassShape& p) const {
   a.kv_heads = shape_.num_kv_heads;
   a.head_dim = shape_.head_dim;
   a.scale = 1.f / std::sqrt(static_cast<float>(shape_.head_dim));
+  a.context_entries = p.context;
   a.kernel = cuda::attention_kernel_for(a, multiprocessors_);
+  // The staged Hopper kernel copies the whole context once per layer: worth it
+  // when the new tokens (whose rows re-read the context) are a fair share of
+  // it. It encodes its buffer's extent at each launch, which a decode graph
+  // would freeze: a graph's step gathers by slot in the kernel.
+  if (a.kernel == cuda::AttentionKernel::kSm90 && !p.decode && 4L * p.rows >= p.context)
+    a.kernel = cuda::AttentionKernel::kSm90Staged;
   a.splits = cuda::attention_splits(a, multiprocessors_);
   return a;
 }
@@ -424,9 +435,11 @@ Status CudaModelImpl::prepare(DeviceKvPool& l1, const PassShape& p, const PassLa
   HIQ_RETURN_IF_ERROR(rows_.reserve(logit_rows * hidden * sizeof(bf16), "lm_head input"));
   HIQ_RETURN_IF_ERROR(logits_.reserve(logit_rows * s.vocab_size * sizeof(float), "logits"));
   HIQ_RETURN_IF_ERROR(next_.reserve(logit_rows * sizeof(int32_t), "next tokens"));
+  const cuda::AttentionArgs attention = attention_args(p);
   HIQ_RETURN_IF_ERROR(attention_ws_.reserve(
-      cuda::attention_workspace_floats(attention_args(p).splits, p.rows, s.num_heads, s.head_dim) * sizeof(float),
+      cuda::attention_workspace_floats(attention.splits, p.rows, s.num_heads, s.head_dim) * sizeof(float),
       "attention workspace"));
+  HIQ_RETURN_IF_ERROR(attention_staging_.reserve(cuda::attention_staging_bytes(attention), "attention staging"));
   if (graph) graphs_.bind(graph_addresses(l1));
 
   HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kOther));
@@ -452,6 +465,7 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
   attention.sequences = reinterpret_cast<const cuda::AttentionSequence*>(in + layout.sequences);
   attention.slots = reinterpret_cast<const uint32_t*>(in + layout.context_slots);
   attention.workspace = attention_ws_.as<float>();
+  attention.staging = attention_staging_.memory.get();
 
   bf16* x = x_.as<bf16>();
   bf16* normed = normed_.as<bf16>();

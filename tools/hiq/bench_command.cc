@@ -186,14 +186,16 @@ Subcommand add_bench_command(CLI::App& parent) {
   transfer->add_flag("--json", f->json, "Print JSON");
   const std::function<int()> run_model = add_bench_model_command(*app);
   const std::function<int()> run_attention = add_bench_attention_command(*app);
+  const std::function<int()> run_gemm = add_bench_gemm_command(*app);
   const std::function<int()> run_cpu = add_bench_cpu_command(*app);
   const std::function<int()> run_storage = add_bench_storage_command(*app);
   const std::function<int()> run_demotion = add_bench_demotion_command(*app);
   const std::function<int()> run_serve = add_bench_serve_command(*app);
-  return {app, [f, transfer, run_model, run_attention, run_cpu, run_storage, run_demotion, run_serve] {
+  return {app, [f, transfer, run_model, run_attention, run_gemm, run_cpu, run_storage, run_demotion, run_serve] {
             if (transfer->parsed()) return run_transfer(*f);
             if (const int model = run_model(); model != -1) return model;
             if (const int attention = run_attention(); attention != -1) return attention;
+            if (const int gemm = run_gemm(); gemm != -1) return gemm;
             if (const int cpu = run_cpu(); cpu != -1) return cpu;
             if (const int storage = run_storage(); storage != -1) return storage;
             if (const int demotion = run_demotion(); demotion != -1) return demotion;

@@ -24,6 +24,7 @@ Subcommand add_bench_command(CLI::App& parent);
 std::function<int()> add_bench_model_command(CLI::App& bench);
 // `hiq bench attention`, likewise.
 std::function<int()> add_bench_attention_command(CLI::App& bench);
+std::function<int()> add_bench_gemm_command(CLI::App& bench);
 // `hiq bench cpu`, likewise.
 std::function<int()> add_bench_cpu_command(CLI::App& bench);
 // `hiq bench demotion`, likewise.

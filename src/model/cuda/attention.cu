@@ -9,6 +9,7 @@
 #include "cuda/check.cuh"
 #include "model/cuda/attention.h"
 #include "model/cuda/attention_device.cuh"
+#include "model/cuda/dependent_launch.cuh"
 
 namespace hiq::cuda {
 namespace {
@@ -259,6 +260,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
 // out = Σ_s 2^(max_s − M) · acc_s / Σ_s 2^(max_s − M) · sum_s, M = max_s max_s.
 // One block of head_dim threads (rounded up to a warp) per (token, head) row.
 __global__ void combine_kernel(AttentionArgs a) {
+  allow_dependents();  // the output projection may start on its weights
   const int64_t rows_total = static_cast<int64_t>(a.num_tokens) * a.heads;
   const int64_t row = blockIdx.x;
   const float* stats = a.workspace + a.splits * rows_total * a.head_dim;

@@ -275,20 +275,27 @@ __device__ __forceinline__ void softmax_to_p(float (&s)[64], float (&o)[64], uin
 }
 #endif
 
-// Schedule. K and V flow through three stages each. At iteration t the
-// copies of K(t + 2) and V(t + 1) are issued, into the stage that K(t − 1)
-// and V(t − 2) freed once both warpgroups passed iteration t − 1 (empty[]).
-// The kSm90 form has every thread gather a share of each tile, two threads
-// per token, with the token's slot looked up a tile ahead; K goes before the
-// softmax and V after, and a thread publishes its copies of iteration t − 1
-// on full[t] first thing at iteration t. The kSm90Staged form has thread 0
-// issue both tiles as bulk tensor copies that complete on k_full[] and
-// v_full[] by themselves. The two warpgroups take turns on the tensor cores
-// (named barriers 1 and 2): while one issues P·V of its tile and Q·Kᵀ of the
-// next, the other runs its softmax, so neither unit waits on the other.
+// Schedule. K and V flow through three stages each; stage t mod 3 holds
+// K(t) and V(t). The two warpgroups take turns on the tensor cores (named
+// barriers 1 and 2): while one issues P·V of its tile and Q·Kᵀ of the next,
+// the other runs its softmax, so neither unit waits on the other. Both
+// arrive on empty[t] once iteration t's wait has seen S(t) and P·V(t − 1)
+// done: K(t) and V(t − 1) are then free.
+//   - kSm90: every thread gathers a share of each tile, two threads per
+//     token, with the token's slot looked up a tile ahead. At iteration t it
+//     copies K(t + 2) (before its softmax) and V(t + 1) (after), into the
+//     stage empty[t − 1] freed, and publishes them on full[t + 1] first thing
+//     at iteration t + 1.
+//   - kSm90Staged: one thread issues bulk tensor copies that complete on
+//     k_full[] and v_full[] by themselves. It is warpgroup 1's first thread,
+//     which runs half a turn behind warpgroup 0: when it has passed
+//     iteration t, so has the other, and empty[t] is complete without a wait
+//     in practice. It then copies K(t + 3) and V(t + 2) into the stages K(t)
+//     and V(t − 1) left, two turns before they are read.
 // Measured on the H200 (bench attention, causal 8K / 16K, kSm90): lockstep
 // with one __syncthreads per tile 345 / 355 TFLOP/s; taking turns 387 / 401;
 // K and V copies split around the softmax and published early 452 / 477.
+// kSm90Staged with thread 0 copying K(t + 2) and V(t + 1): 508 / 537.
 template <bool kStaged>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_sm90_kernel(AttentionArgs a, const __grid_constant__ CUtensorMap k_map,
@@ -326,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto phase_of = [](int t) { return static_cast<uint32_t>((t / kStages) & 1); };
   // kSm90Staged: the sequence's first row in the staging buffer, and the one thread that issues the copies.
   const int staged_row0 = seq.slot_start + seq_index * kStagingPad;
-  const bool producer = kStaged && threadIdx.x == 0;
+  const bool producer = kStaged && threadIdx.x == 128;
   const auto bulk_k = [&](int t) { bulk_copy_tile(k_tile(t), k_map, kv_head, staged_row0 + t * kTile, barrier(full, t)); };
   const auto bulk_v = [&](int t) {
     bulk_copy_tile(v_tile(t), v_map, kv_head, staged_row0 + t * kTile, barrier(v_full, t));
@@ -344,9 +351,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (producer) {
-    bulk_k(0);
-    if (tiles > 1) bulk_k(1);
-    bulk_v(0);
+    for (int t = 0; t < min(tiles, kStages); ++t) bulk_k(t);
+    for (int t = 0; t < min(tiles, kStages - 1); ++t) bulk_v(t);
   }
 
   // Q: the block's rows, gathered from the QKV buffer; rows past the end are zeros.
@@ -439,18 +445,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbarrier_arrive(barrier(empty, t));
     publish(t);
 
-    // K(t + 2) and V(t + 1) overwrite K(t − 1) and V(t − 2), free once both
-    // warpgroups passed iteration t − 1.
     if constexpr (kStaged) {
-      if (producer) {
-        if (t >= 1) mbarrier_wait(barrier(empty, t - 1), phase_of(t - 1));
-        if (t + 2 < tiles) bulk_k(t + 2);
-        bulk_v(t + 1);
+      if (producer && t + 2 < tiles) {
+        mbarrier_wait(barrier(empty, t), phase_of(t));
+        if (t + 3 < tiles) bulk_k(t + 3);
+        bulk_v(t + 2);
       }
       softmax_to_p(s, o, p, softmax, kv0, kv_end, block_first_position, row_position, scale_log2, lane);
     } else {
-      // K goes before the softmax, V after, so that neither burst of copies
-      // holds up the turn on the tensor cores.
+      // K(t + 2) and V(t + 1) overwrite K(t − 1) and V(t − 2). K goes before
+      // the softmax, V after, so that neither burst of copies holds up the
+      // turn on the tensor cores.
       if (t >= 1) mbarrier_wait(barrier(empty, t - 1), phase_of(t - 1));
       if (t + 2 < tiles) load_tile(k_tile(t + 2), a.k_plane, a.kv_heads, k_slot, kv_head);
       softmax_to_p(s, o, p, softmax, kv0, kv_end, block_first_position, row_position, scale_log2, lane);

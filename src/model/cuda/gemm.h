@@ -16,6 +16,16 @@
 // rounds once where the reference rounds the product first), and the output
 // bias of the few models that have one is a small share of a pass.
 //
+// The products of a decode step of up to 8 rows with a weight matrix of at
+// most 64 Mi elements go to our own kernel instead (skinny_gemm.h). Such a
+// product streams its weights; on a matrix this small cuBLAS's kernels leave
+// part of the memory bandwidth unused, while on larger ones (an MLP's
+// gate_up, an LM head) they stream near the copy rate and stay. Measured on
+// the H200 with `hiq bench gemm` (docs/benchmarks.md): at 1 and 8 rows the
+// skinny kernel takes 0.71–0.75× cuBLAS's time on 4096 × 4096, 0.91–0.96× on
+// 4096 × 12288, 1.00–1.06× on 6144 × 4096, and 1.01–1.08× on the larger two;
+// at 16 rows and more it is slower everywhere but the first.
+//
 // After a shape's plan exists its products allocate nothing and never
 // synchronise, so they can be captured in a CUDA graph.
 #pragma once
@@ -24,11 +34,13 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include <map>
 #include <tuple>
 
 #include "core/status.h"
 #include "cuda/buffers.h"
+#include "model/cuda/skinny_gemm.h"
 
 namespace hiq::cuda {
 
@@ -40,6 +52,11 @@ class Gemms {
 
   // y[m][n] = x[m][k] · w[n][k]ᵀ; y_type CUDA_R_16BF or CUDA_R_32F.
   Status run(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k, void* y, cudaDataType_t y_type);
+
+  // Which products the skinny kernel computes: those the rule above gives it
+  // (the default), none, or every one it can take (for the benchmarks).
+  enum class Skinny { kAuto, kNever, kWhereverPossible };
+  void set_skinny(Skinny skinny) { skinny_ = skinny; }
 
  private:
   struct HandleDestroy {
@@ -76,6 +93,9 @@ class Gemms {
   Owned<cublasLtHandle_t, LtHandleDestroy> lt_;
   std::map<Key, Plan> plans_;
   bool logged_fallback_ = false;
+  static constexpr int kSkinnyRows = 8;
+  static constexpr int64_t kSkinnyElements = int64_t{1} << 26;
+  Skinny skinny_ = Skinny::kAuto;
 };
 
 }  // namespace hiq::cuda

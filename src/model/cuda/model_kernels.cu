@@ -2,6 +2,7 @@
 #include <cfloat>
 
 #include "cuda/check.cuh"
+#include "model/cuda/dependent_launch.cuh"
 #include "model/cuda/model_kernels.h"
 
 namespace hiq::cuda {
@@ -50,6 +51,7 @@ struct alignas(16) Bf16x8 {
 
 // One block per row. Rows whose width is a multiple of 8 go 16 bytes at a time.
 __global__ void add_rms_norm_kernel(bf16* x, const bf16* delta, const bf16* weight, int width, float eps, bf16* out) {
+  allow_dependents();  // the matrix product after it may start on its weights
   const int64_t base = static_cast<int64_t>(blockIdx.x) * width;
   float squares = 0.f;
   if (width % 8 == 0) {
@@ -178,6 +180,7 @@ __device__ __forceinline__ float silu_times(float g, float u) { return round_bf1
 
 // Eight outputs per thread when the width is a multiple of 8, else one.
 __global__ void silu_mul_kernel(const bf16* gate_up, int64_t rows, int width, bf16* out) {
+  allow_dependents();  // the down projection may start on its weights
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   if (width % 8 == 0) {
     const int64_t groups = rows * (width / 8);

@@ -1,0 +1,162 @@
+// The skinny GEMM of decode steps (model/cuda/skinny_gemm.h) against a
+// float64 reference on the CPU and against cuBLAS through Gemms: every row
+// count it takes, column counts that are and are not multiples of its
+// 16-column blocks, the model's reduction lengths, BF16 and FP32 outputs.
+// Its results are the same bits on a rerun and whichever batch a row comes
+// in. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda/buffers.h"
+#include "gpu_test_policy.h"
+#include "model/cuda/gemm.h"
+#include "model/cuda/skinny_gemm.h"
+
+namespace hiq {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+std::vector<bf16> random_bf16(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<bf16> v(n);
+  for (auto& e : v) e = __float2bfloat16_rn(normal(rng));
+  return v;
+}
+
+cuda::DeviceMemory upload(const std::vector<bf16>& host) {
+  auto memory = cuda::device_alloc(host.size() * sizeof(bf16), "test buffer");
+  EXPECT_TRUE(memory.is_ok());
+  EXPECT_EQ(cudaMemcpy(memory->get(), host.data(), host.size() * sizeof(bf16), cudaMemcpyHostToDevice), cudaSuccess);
+  return std::move(*memory);
+}
+
+// y as floats, from BF16 or FP32 device memory.
+std::vector<float> download(const void* y, size_t n, cudaDataType_t type) {
+  std::vector<float> out(n);
+  if (type == CUDA_R_32F) {
+    EXPECT_EQ(cudaMemcpy(out.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  } else {
+    std::vector<bf16> host(n);
+    EXPECT_EQ(cudaMemcpy(host.data(), y, n * sizeof(bf16), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(host[i]);
+  }
+  return out;
+}
+
+struct Product {
+  int m, n, k;
+  std::vector<bf16> x, w;
+};
+
+std::vector<double> reference(const Product& p) {
+  std::vector<double> y(static_cast<size_t>(p.m) * p.n);
+  for (int r = 0; r < p.m; ++r)
+    for (int c = 0; c < p.n; ++c) {
+      double sum = 0;
+      for (int i = 0; i < p.k; ++i)
+        sum += double{__bfloat162float(p.x[static_cast<size_t>(r) * p.k + i])} *
+               __bfloat162float(p.w[static_cast<size_t>(c) * p.k + i]);
+      y[static_cast<size_t>(r) * p.n + c] = sum;
+    }
+  return y;
+}
+
+// Runs the skinny kernel on rows [first, first + m) of p.x.
+std::vector<float> skinny(const Product& p, int first, int m, cudaDataType_t type) {
+  const std::vector<bf16> rows(p.x.begin() + static_cast<ptrdiff_t>(first) * p.k,
+                               p.x.begin() + static_cast<ptrdiff_t>(first + m) * p.k);
+  cuda::DeviceMemory x = upload(rows), w = upload(p.w);
+  const size_t elements = static_cast<size_t>(m) * p.n, bytes = elements * (type == CUDA_R_32F ? 4 : 2);
+  auto y = cuda::device_alloc(bytes, "y");
+  EXPECT_TRUE(y.is_ok());
+  EXPECT_EQ(cudaMemset(y->get(), 0xff, bytes), cudaSuccess);  // NaN: an element not written shows
+  const Status status = cuda::launch_skinny_gemm(static_cast<const bf16*>(x.get()), m, static_cast<const bf16*>(w.get()),
+                                                 p.n, p.k, y->get(), type, nullptr);
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return download(y->get(), elements, type);
+}
+
+class GpuSkinnyGemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override { HIQ_SKIP_OR_FAIL_WITHOUT_GPU(); }
+};
+
+TEST_F(GpuSkinnyGemmTest, MatchesAFloat64ReferenceAtEveryRowCount) {
+  uint32_t seed = 1;
+  for (auto [n, k] : std::vector<std::pair<int, int>>{{48, 256}, {1000, 4096}, {77, 12288}, {16, 32}}) {
+    for (int m : {1, 2, 7, 8, 9, 17, 24, 31, 32}) {
+      const Product p{m, n, k, random_bf16(static_cast<size_t>(m) * k, seed), random_bf16(static_cast<size_t>(n) * k, seed + 1)};
+      seed += 2;
+      const std::vector<double> want = reference(p);
+      for (cudaDataType_t type : {CUDA_R_16BF, CUDA_R_32F}) {
+        const std::vector<float> got = skinny(p, 0, m, type);
+        // Products of √k scale; FP32 sums, then one rounding to BF16 (2⁻⁸ relative) or none.
+        const double tolerance = (type == CUDA_R_32F ? 1e-5 : 8e-3) * std::sqrt(static_cast<double>(k));
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], tolerance + 4e-3 * std::fabs(want[i]))
+              << "m " << m << " n " << n << " k " << k << " element " << i << (type == CUDA_R_32F ? " fp32" : " bf16");
+      }
+    }
+  }
+}
+
+TEST_F(GpuSkinnyGemmTest, SameBitsOnARerunAndInAnyBatch) {
+  const int n = 200, k = 4096, m = 32;
+  const Product p{m, n, k, random_bf16(static_cast<size_t>(m) * k, 7), random_bf16(static_cast<size_t>(n) * k, 8)};
+  const std::vector<float> batch = skinny(p, 0, m, CUDA_R_32F);
+  EXPECT_EQ(batch, skinny(p, 0, m, CUDA_R_32F));
+  for (int first : {0, 5, 31}) {
+    const std::vector<float> alone = skinny(p, first, 1, CUDA_R_32F);
+    for (int c = 0; c < n; ++c)
+      ASSERT_EQ(alone[static_cast<size_t>(c)], batch[static_cast<size_t>(first) * n + c]) << "row " << first;
+  }
+}
+
+TEST_F(GpuSkinnyGemmTest, GemmsRoutesDecodeRowsToItAndAgreesWithCublas) {
+  const int n = 512, k = 1024;
+  auto workspace = cuda::device_alloc(size_t{32} << 20, "workspace");
+  ASSERT_TRUE(workspace.is_ok());
+  auto gemms = cuda::Gemms::create(nullptr, workspace->get(), size_t{32} << 20);
+  ASSERT_TRUE(gemms.is_ok()) << gemms.status().to_string();
+  for (int m : {1, 8, 32, 33}) {  // 33: past the skinny kernel, cuBLAS either way
+    const Product p{m, n, k, random_bf16(static_cast<size_t>(m) * k, 11), random_bf16(static_cast<size_t>(n) * k, 12)};
+    cuda::DeviceMemory x = upload(p.x), w = upload(p.w);
+    auto y = cuda::device_alloc(static_cast<size_t>(m) * n * sizeof(float), "y");
+    ASSERT_TRUE(y.is_ok());
+    std::vector<float> results[2];
+    for (int cublas : {0, 1}) {
+      gemms->set_skinny(cublas ? cuda::Gemms::Skinny::kNever : cuda::Gemms::Skinny::kWhereverPossible);
+      ASSERT_TRUE(gemms->run(static_cast<const bf16*>(x.get()), m, static_cast<const bf16*>(w.get()), n, k, y->get(),
+                             CUDA_R_32F)
+                      .is_ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      results[cublas] = download(y->get(), static_cast<size_t>(m) * n, CUDA_R_32F);
+    }
+    for (size_t i = 0; i < results[0].size(); ++i)
+      ASSERT_NEAR(results[0][i], results[1][i], 1e-4 * std::sqrt(static_cast<double>(k))) << "m " << m;
+  }
+}
+
+TEST_F(GpuSkinnyGemmTest, RefusesWhatItCannotTake) {
+  auto memory = cuda::device_alloc(1 << 20, "buffer");
+  ASSERT_TRUE(memory.is_ok());
+  const auto* base = static_cast<const std::byte*>(memory->get());
+  EXPECT_TRUE(cuda::skinny_gemm_supports(base, 32, base, 64, base, CUDA_R_16BF));
+  EXPECT_FALSE(cuda::skinny_gemm_supports(base, 33, base, 64, base, CUDA_R_16BF));  // too many rows
+  EXPECT_FALSE(cuda::skinny_gemm_supports(base, 0, base, 64, base, CUDA_R_16BF));
+  EXPECT_FALSE(cuda::skinny_gemm_supports(base, 4, base, 48, base, CUDA_R_16BF));  // k not a multiple of 32
+  EXPECT_FALSE(cuda::skinny_gemm_supports(base + 2, 4, base, 64, base, CUDA_R_16BF));  // misaligned x
+  EXPECT_FALSE(cuda::skinny_gemm_supports(base, 4, base, 64, base, CUDA_R_16F));
+  const Status refused = cuda::launch_skinny_gemm(reinterpret_cast<const bf16*>(base), 4, reinterpret_cast<const bf16*>(base),
+                                                  8, 48, memory->get(), CUDA_R_16BF, nullptr);
+  EXPECT_FALSE(refused.is_ok());
+}
+
+}  // namespace
+}  // namespace hiq

@@ -1,0 +1,90 @@
+// `hiq bench gemm`: a decode step's matrix products on cuBLASLt and on the
+// skinny kernel, same run (model/gemm_bench.h): the rate each streams the
+// weights at, as a share of a device-to-device copy's, and the ratio.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "model/gemm_bench.h"
+#include "tools/hiq/commands.h"
+#include "tools/hiq/list_flag.h"
+#include "tools/hiq/table.h"
+
+namespace hiq::cli {
+namespace {
+
+struct GemmBenchFlags {
+  std::string rows = "1,8,16,32";
+  GemmBenchOptions options;
+  bool json = false;
+};
+
+int run_gemm_bench_command(GemmBenchFlags& f) {
+  auto rows = parse_integer_list_flag(f.rows, "--rows", 1, 4096);
+  if (!rows) return report_error("bench gemm", rows.status());
+  f.options.rows.assign(rows->begin(), rows->end());
+  if (!(f.options.seconds_per_measurement > 0))
+    return report_error("bench gemm", invalid_argument("--seconds must be positive"));
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  auto report = run_gemm_bench(f.options, [&](size_t done, size_t total) {
+    std::fprintf(stderr, tty ? "\rhiq bench gemm: %zu/%zu" : "hiq bench gemm: %zu/%zu\n", done, total);
+    if (tty && done == total) std::fputc('\n', stderr);
+  });
+  if (!report) return report_error("bench gemm", report.status());
+
+  // The rate a product streams its weights at (BF16, read once).
+  const auto weight_rate = [](const GemmBenchReport::Row& r, double seconds) {
+    return 2.0 * r.n * static_cast<double>(r.k) / seconds;
+  };
+  if (f.json) {
+    nlohmann::json out = {{"gpu", report->gpu}, {"copy_bytes_per_s", report->copy_bytes_per_s}};
+    for (const auto& r : report->products)
+      out["products"].push_back({{"rows", r.rows},
+                                 {"product", r.product},
+                                 {"n", r.n},
+                                 {"k", r.k},
+                                 {"cublas_seconds", r.cublas_seconds},
+                                 {"skinny_seconds", r.skinny_seconds},
+                                 {"cublas_weight_bytes_per_s", weight_rate(r, r.cublas_seconds)},
+                                 {"skinny_weight_bytes_per_s", weight_rate(r, r.skinny_seconds)},
+                                 {"skinny_over_cublas_time", r.skinny_seconds / r.cublas_seconds},
+                                 {"max_abs_difference", r.max_abs_difference}});
+    std::cout << out.dump(2) << '\n';
+    return 0;
+  }
+  std::cout << report->gpu << ": decode products, weights from device memory; a device-to-device copy moves "
+            << format_fixed(report->copy_bytes_per_s / 1e12, 2) << " TB/s (read plus written)\n\n";
+  Table table({"rows", "product", "n × k", "cuBLAS µs", "TB/s", "skinny µs", "TB/s", "skinny ÷ cuBLAS time",
+               "max |diff|"});
+  for (const auto& r : report->products)
+    table.add_row({std::to_string(r.rows), r.product, std::to_string(r.n) + " × " + std::to_string(r.k),
+                   format_fixed(r.cublas_seconds * 1e6, 1), format_fixed(weight_rate(r, r.cublas_seconds) / 1e12, 2),
+                   format_fixed(r.skinny_seconds * 1e6, 1), format_fixed(weight_rate(r, r.skinny_seconds) / 1e12, 2),
+                   format_fixed(r.skinny_seconds / r.cublas_seconds, 2), format_fixed(r.max_abs_difference, 4)});
+  table.print(std::cout);
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_bench_gemm_command(CLI::App& bench) {
+  auto f = std::make_shared<GemmBenchFlags>();
+  CLI::App* app = bench.add_subcommand(
+      "gemm", "A decode step's matrix products on cuBLASLt and on the skinny kernel, against a device copy");
+  app->add_option("--rows", f->rows, "Comma-separated rows of x (the decode batch)")->capture_default_str();
+  app->add_option("--hidden", f->options.hidden, "Hidden size")->capture_default_str();
+  app->add_option("--q-out", f->options.q_out, "Query projection width (heads × head_dim)")->capture_default_str();
+  app->add_option("--kv-out", f->options.kv_out, "K or V projection width (KV heads × head_dim)")
+      ->capture_default_str();
+  app->add_option("--intermediate", f->options.intermediate, "MLP width")->capture_default_str();
+  app->add_option("--vocab", f->options.vocab, "Vocabulary (LM head rows)")->capture_default_str();
+  app->add_option("--seconds", f->options.seconds_per_measurement, "Repeat each measurement about this long")
+      ->capture_default_str();
+  app->add_flag("--json", f->json, "Print JSON");
+  return [f, app] { return app->parsed() ? run_gemm_bench_command(*f) : -1; };
+}
+
+}  // namespace hiq::cli

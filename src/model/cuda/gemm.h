@@ -22,8 +22,8 @@
 // part of the memory bandwidth unused, while on larger ones (an MLP's
 // gate_up, an LM head) they stream near the copy rate and stay. Measured on
 // the H200 with `hiq bench gemm` (docs/benchmarks.md): at 1 and 8 rows the
-// skinny kernel takes 0.71–0.75× cuBLAS's time on 4096 × 4096, 0.91–0.96× on
-// 4096 × 12288, 1.00–1.06× on 6144 × 4096, and 1.01–1.08× on the larger two;
+// skinny kernel takes 0.71–0.84× cuBLAS's time on 4096 × 4096, 0.89–0.96× on
+// 4096 × 12288, 0.98–1.06× on 6144 × 4096, and 0.93–1.08× on the larger two;
 // at 16 rows and more it is slower everywhere but the first.
 //
 // After a shape's plan exists its products allocate nothing and never

@@ -212,9 +212,12 @@ INSTANTIATE_TEST_SUITE_P(Kernels, GpuAttentionTest,
                                            AttentionKernel::kSm90Staged),
                          [](const ::testing::TestParamInfo<AttentionKernel>& kernel) {
                            switch (kernel.param) {
-                             case AttentionKernel::kSm90: return "Sm90";
-                             case AttentionKernel::kSm90Staged: return "Sm90Staged";
-                             default: return "Portable";
+                             case AttentionKernel::kSm90:
+                               return "Sm90";
+                             case AttentionKernel::kSm90Staged:
+                               return "Sm90Staged";
+                             default:
+                               return "Portable";
                            }
                          });
 

@@ -75,8 +75,8 @@ std::vector<float> skinny(const Product& p, int first, int m, cudaDataType_t typ
   auto y = cuda::device_alloc(bytes, "y");
   EXPECT_TRUE(y.is_ok());
   EXPECT_EQ(cudaMemset(y->get(), 0xff, bytes), cudaSuccess);  // NaN: an element not written shows
-  const Status status = cuda::launch_skinny_gemm(static_cast<const bf16*>(x.get()), m, static_cast<const bf16*>(w.get()),
-                                                 p.n, p.k, y->get(), type, nullptr);
+  const Status status = cuda::launch_skinny_gemm(static_cast<const bf16*>(x.get()), m,
+                                                 static_cast<const bf16*>(w.get()), p.n, p.k, y->get(), type, nullptr);
   EXPECT_TRUE(status.is_ok()) << status.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return download(y->get(), elements, type);
@@ -91,7 +91,8 @@ TEST_F(GpuSkinnyGemmTest, MatchesAFloat64ReferenceAtEveryRowCount) {
   uint32_t seed = 1;
   for (auto [n, k] : std::vector<std::pair<int, int>>{{48, 256}, {1000, 4096}, {77, 12288}, {16, 32}}) {
     for (int m : {1, 2, 7, 8, 9, 17, 24, 31, 32}) {
-      const Product p{m, n, k, random_bf16(static_cast<size_t>(m) * k, seed), random_bf16(static_cast<size_t>(n) * k, seed + 1)};
+      const Product p{m, n, k, random_bf16(static_cast<size_t>(m) * k, seed),
+                      random_bf16(static_cast<size_t>(n) * k, seed + 1)};
       seed += 2;
       const std::vector<double> want = reference(p);
       for (cudaDataType_t type : {CUDA_R_16BF, CUDA_R_32F}) {
@@ -132,9 +133,10 @@ TEST_F(GpuSkinnyGemmTest, GemmsRoutesDecodeRowsToItAndAgreesWithCublas) {
     std::vector<float> results[2];
     for (int cublas : {0, 1}) {
       gemms->set_skinny(cublas ? cuda::Gemms::Skinny::kNever : cuda::Gemms::Skinny::kWhereverPossible);
-      ASSERT_TRUE(gemms->run(static_cast<const bf16*>(x.get()), m, static_cast<const bf16*>(w.get()), n, k, y->get(),
-                             CUDA_R_32F)
-                      .is_ok());
+      ASSERT_TRUE(
+          gemms
+              ->run(static_cast<const bf16*>(x.get()), m, static_cast<const bf16*>(w.get()), n, k, y->get(), CUDA_R_32F)
+              .is_ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       results[cublas] = download(y->get(), static_cast<size_t>(m) * n, CUDA_R_32F);
     }
@@ -150,11 +152,12 @@ TEST_F(GpuSkinnyGemmTest, RefusesWhatItCannotTake) {
   EXPECT_TRUE(cuda::skinny_gemm_supports(base, 32, base, 64, base, CUDA_R_16BF));
   EXPECT_FALSE(cuda::skinny_gemm_supports(base, 33, base, 64, base, CUDA_R_16BF));  // too many rows
   EXPECT_FALSE(cuda::skinny_gemm_supports(base, 0, base, 64, base, CUDA_R_16BF));
-  EXPECT_FALSE(cuda::skinny_gemm_supports(base, 4, base, 48, base, CUDA_R_16BF));  // k not a multiple of 32
+  EXPECT_FALSE(cuda::skinny_gemm_supports(base, 4, base, 48, base, CUDA_R_16BF));      // k not a multiple of 32
   EXPECT_FALSE(cuda::skinny_gemm_supports(base + 2, 4, base, 64, base, CUDA_R_16BF));  // misaligned x
   EXPECT_FALSE(cuda::skinny_gemm_supports(base, 4, base, 64, base, CUDA_R_16F));
-  const Status refused = cuda::launch_skinny_gemm(reinterpret_cast<const bf16*>(base), 4, reinterpret_cast<const bf16*>(base),
-                                                  8, 48, memory->get(), CUDA_R_16BF, nullptr);
+  const Status refused =
+      cuda::launch_skinny_gemm(reinterpret_cast<const bf16*>(base), 4, reinterpret_cast<const bf16*>(base), 8, 48,
+                               memory->get(), CUDA_R_16BF, nullptr);
   EXPECT_FALSE(refused.is_ok());
 }
 

@@ -25,7 +25,7 @@ struct AttentionBenchOptions {
 struct AttentionBenchReport {
   std::string gpu;
   struct Kernel {
-    std::string name;   // "portable", "sm90", "sm90-staged"
+    std::string name;  // "portable", "sm90", "sm90-staged"
     double seconds = 0;
     double relative_error = 0;  // ‖out − portable's‖ / ‖portable's‖ (0 for portable itself)
   };

@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "model/gemm_bench.h"
@@ -57,8 +56,8 @@ int run_gemm_bench_command(GemmBenchFlags& f) {
   }
   std::cout << report->gpu << ": decode products, weights from device memory; a device-to-device copy moves "
             << format_fixed(report->copy_bytes_per_s / 1e12, 2) << " TB/s (read plus written)\n\n";
-  Table table({"rows", "product", "n × k", "cuBLAS µs", "TB/s", "skinny µs", "TB/s", "skinny ÷ cuBLAS time",
-               "max |diff|"});
+  Table table(
+      {"rows", "product", "n × k", "cuBLAS µs", "TB/s", "skinny µs", "TB/s", "skinny ÷ cuBLAS time", "max |diff|"});
   for (const auto& r : report->products)
     table.add_row({std::to_string(r.rows), r.product, std::to_string(r.n) + " × " + std::to_string(r.k),
                    format_fixed(r.cublas_seconds * 1e6, 1), format_fixed(weight_rate(r, r.cublas_seconds) / 1e12, 2),

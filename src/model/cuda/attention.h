@@ -43,8 +43,8 @@ struct alignas(16) AttentionSequence {
 };
 
 enum class AttentionKernel {
-  kPortable,  // attention.cu: every GPU, every supported head dim, context splits
-  kSm90,      // attention_sm90.cu: compute capability 9.0, head_dim 128, one split
+  kPortable,    // attention.cu: every GPU, every supported head dim, context splits
+  kSm90,        // attention_sm90.cu: compute capability 9.0, head_dim 128, one split
   kSm90Staged,  // the same, the context first gathered into AttentionArgs::staging (not in graphs: see below)
 };
 

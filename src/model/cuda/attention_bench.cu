@@ -132,8 +132,7 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
 
     std::vector<float> portable_out;
     args.context_entries = context;
-    for (AttentionKernel kernel :
-         {AttentionKernel::kPortable, AttentionKernel::kSm90, AttentionKernel::kSm90Staged}) {
+    for (AttentionKernel kernel : {AttentionKernel::kPortable, AttentionKernel::kSm90, AttentionKernel::kSm90Staged}) {
       args.kernel = kernel;
       args.splits = cuda::attention_splits(args, multiprocessors);
       // The Hopper forms run where the chooser would pick the Hopper kernel: this GPU, this shape.

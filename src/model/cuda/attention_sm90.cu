@@ -334,7 +334,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // kSm90Staged: the sequence's first row in the staging buffer, and the one thread that issues the copies.
   const int staged_row0 = seq.slot_start + seq_index * kStagingPad;
   const bool producer = kStaged && threadIdx.x == 128;
-  const auto bulk_k = [&](int t) { bulk_copy_tile(k_tile(t), k_map, kv_head, staged_row0 + t * kTile, barrier(full, t)); };
+  const auto bulk_k = [&](int t) {
+    bulk_copy_tile(k_tile(t), k_map, kv_head, staged_row0 + t * kTile, barrier(full, t));
+  };
   const auto bulk_v = [&](int t) {
     bulk_copy_tile(v_tile(t), v_map, kv_head, staged_row0 + t * kTile, barrier(v_full, t));
   };
@@ -517,8 +519,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // by slot into its staging rows, then kStagingPad rows of zeros. A staged
 // row is one token's [kv_heads][head_dim], 16 bytes a thread.
 constexpr int kStageRowsPerBlock = 16;
-__global__ void __launch_bounds__(kThreads) stage_context_kernel(AttentionArgs a, __nv_bfloat16* k_staged,
-                                                                 __nv_bfloat16* v_staged) {
+__global__ void __launch_bounds__(kThreads)
+    stage_context_kernel(AttentionArgs a, __nv_bfloat16* k_staged, __nv_bfloat16* v_staged) {
   const AttentionSequence seq = a.sequences[blockIdx.y];
   const int chunks = a.kv_heads * kD / 8;  // 16-byte chunks of a row
   const int first = blockIdx.x * kStageRowsPerBlock;
@@ -572,15 +574,15 @@ Result<CUtensorMap> staged_plane_map(void* plane, const AttentionArgs& a) {
   const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, plane, dims, strides, box, element_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) return internal_error("attention_sm90: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
+  if (r != CUDA_SUCCESS)
+    return internal_error("attention_sm90: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
   return map;
 }
 
 template <bool kStaged>
-Status launch_kernel(const AttentionArgs& a, const CUtensorMap& k_map, const CUtensorMap& v_map,
-                     cudaStream_t stream) {
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      attention_sm90_kernel<kStaged>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+Status launch_kernel(const AttentionArgs& a, const CUtensorMap& k_map, const CUtensorMap& v_map, cudaStream_t stream) {
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(attention_sm90_kernel<kStaged>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   HIQ_CUDA_RETURN_IF_ERROR(configured);
   const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + kRows - 1) / kRows;
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.num_sequences * a.kv_heads));
@@ -607,8 +609,9 @@ Status launch_attention_sm90(const AttentionArgs& a, cudaStream_t stream) {
     return invalid_argument("attention_sm90: the staged kernel needs its staging buffer and the context's size");
   auto* k_staged = static_cast<__nv_bfloat16*>(a.staging);
   __nv_bfloat16* v_staged = k_staged + staged_rows(a) * a.kv_heads * kD;
-  const dim3 stage_grid(static_cast<unsigned>((a.max_kv_len + kStagingPad + kStageRowsPerBlock - 1) / kStageRowsPerBlock),
-                        static_cast<unsigned>(a.num_sequences));
+  const dim3 stage_grid(
+      static_cast<unsigned>((a.max_kv_len + kStagingPad + kStageRowsPerBlock - 1) / kStageRowsPerBlock),
+      static_cast<unsigned>(a.num_sequences));
   stage_context_kernel<<<stage_grid, kThreads, 0, stream>>>(a, k_staged, v_staged);
   HIQ_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   HIQ_ASSIGN_OR_RETURN(const CUtensorMap k_map, staged_plane_map(k_staged, a));

@@ -23,8 +23,8 @@ Result<cuda::DeviceMemory> random_device_bf16(size_t n, uint32_t seed, const cha
   HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory memory, cuda::device_alloc(n * sizeof(bf16), what));
   for (size_t at = 0; at < n; at += host.size()) {
     const size_t count = std::min(host.size(), n - at);
-    HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(static_cast<bf16*>(memory.get()) + at, host.data(), count * sizeof(bf16),
-                                        cudaMemcpyHostToDevice));
+    HIQ_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(static_cast<bf16*>(memory.get()) + at, host.data(), count * sizeof(bf16), cudaMemcpyHostToDevice));
   }
   return Result<cuda::DeviceMemory>(std::move(memory));
 }
@@ -142,13 +142,13 @@ Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions& o, const std::fun
       for (const bool skinny : {false, true}) {
         gemms.set_skinny(skinny ? cuda::Gemms::Skinny::kWhereverPossible : cuda::Gemms::Skinny::kNever);
         void* out = static_cast<std::byte*>(y.get()) + (skinny ? y_half : 0);
-        HIQ_ASSIGN_OR_RETURN(const double seconds,
-                             median_seconds(
-                                 [&](int i) {
-                                   return gemms.run(static_cast<const bf16*>(x.get()), m, w + matrix * (i % copies),
-                                                    p.n, p.k, out, type);
-                                 },
-                                 copies, o.seconds_per_measurement, stream.get()));
+        HIQ_ASSIGN_OR_RETURN(const double seconds, median_seconds(
+                                                       [&](int i) {
+                                                         return gemms.run(static_cast<const bf16*>(x.get()), m,
+                                                                          w + matrix * (i % copies), p.n, p.k, out,
+                                                                          type);
+                                                       },
+                                                       copies, o.seconds_per_measurement, stream.get()));
         (skinny ? row.skinny_seconds : row.cublas_seconds) = seconds;
       }
       // Both results of the last copy: they must agree.

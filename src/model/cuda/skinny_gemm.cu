@@ -25,8 +25,8 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
   return v;
 }
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
@@ -42,9 +42,9 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 // and 8q + 4s + {2, 3} as {2q + 8, 2q + 9}, for the weights (A) and x (B)
 // alike. Registers 2s and 2s + 1 of a load are step s's two pairs.
 template <int kTiles>  // 8-row tiles of x: m ≤ 8 · kTiles
-__global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const __nv_bfloat16* __restrict__ x, int m,
-                                                               const __nv_bfloat16* __restrict__ w, int n, int k,
-                                                               void* __restrict__ y, bool y_fp32) {
+__global__ void __launch_bounds__(kThreads)
+    skinny_gemm_kernel(const __nv_bfloat16* __restrict__ x, int m, const __nv_bfloat16* __restrict__ w, int n, int k,
+                       void* __restrict__ y, bool y_fp32) {
   __shared__ float partial[kWarps][kTiles][32][4];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;
@@ -119,8 +119,10 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(const __nv_bfloat
     const int column = column0 + l / 4 + (j >= 2 ? 8 : 0), row = t * 8 + (l % 4) * 2 + (j & 1);
     if (column >= n || row >= m) continue;
     const int64_t at = static_cast<int64_t>(row) * n + column;
-    if (y_fp32) static_cast<float*>(y)[at] = sum;
-    else static_cast<__nv_bfloat16*>(y)[at] = __float2bfloat16_rn(sum);
+    if (y_fp32)
+      static_cast<float*>(y)[at] = sum;
+    else
+      static_cast<__nv_bfloat16*>(y)[at] = __float2bfloat16_rn(sum);
   }
 }
 
@@ -129,8 +131,8 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 bool skinny_gemm_supports(const void* x, int m, const void* w, int k, const void* y, cudaDataType_t y_type) {
-  return m >= 1 && m <= kSkinnyMaxRows && k > 0 && k % kChunk == 0 && aligned16(x) && aligned16(w) &&
-         aligned16(y) && (y_type == CUDA_R_16BF || y_type == CUDA_R_32F);
+  return m >= 1 && m <= kSkinnyMaxRows && k > 0 && k % kChunk == 0 && aligned16(x) && aligned16(w) && aligned16(y) &&
+         (y_type == CUDA_R_16BF || y_type == CUDA_R_32F);
 }
 
 Status launch_skinny_gemm(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k, void* y,
@@ -149,10 +151,18 @@ Status launch_skinny_gemm(const __nv_bfloat16* x, int m, const __nv_bfloat16* w,
   config.numAttrs = 1;
   const bool fp32 = y_type == CUDA_R_32F;
   switch ((m + 7) / 8) {
-    case 1: HIQ_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, skinny_gemm_kernel<1>, x, m, w, n, k, y, fp32)); break;
-    case 2: HIQ_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, skinny_gemm_kernel<2>, x, m, w, n, k, y, fp32)); break;
-    case 3: HIQ_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, skinny_gemm_kernel<3>, x, m, w, n, k, y, fp32)); break;
-    default: HIQ_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, skinny_gemm_kernel<4>, x, m, w, n, k, y, fp32)); break;
+    case 1:
+      HIQ_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, skinny_gemm_kernel<1>, x, m, w, n, k, y, fp32));
+      break;
+    case 2:
+      HIQ_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, skinny_gemm_kernel<2>, x, m, w, n, k, y, fp32));
+      break;
+    case 3:
+      HIQ_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, skinny_gemm_kernel<3>, x, m, w, n, k, y, fp32));
+      break;
+    default:
+      HIQ_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, skinny_gemm_kernel<4>, x, m, w, n, k, y, fp32));
+      break;
   }
   return cuda_status(cudaGetLastError(), "skinny_gemm_kernel");
 }

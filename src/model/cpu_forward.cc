@@ -86,6 +86,13 @@ Status check_sequence(const ModelShape& s, const DeviceKvPool& l1, std::span<con
 Result<std::vector<float>> cpu_forward(const ModelShape& s, const CpuModelWeights& w, DeviceKvPool& l1,
                                        std::span<const int32_t> tokens, std::span<const SlotId> slots,
                                        size_t first_new, bool all_logits, const BeforeAttention& before_attention) {
+  return cpu_forward_rank(s, w, l1, tokens, slots, first_new, all_logits, before_attention, nullptr, true);
+}
+
+Result<std::vector<float>> cpu_forward_rank(const ModelShape& s, const CpuModelWeights& w, DeviceKvPool& l1,
+                                            std::span<const int32_t> tokens, std::span<const SlotId> slots,
+                                            size_t first_new, bool all_logits, const BeforeAttention& before_attention,
+                                            const RankAllReduce& all_reduce, bool want_logits) {
   HIQ_RETURN_IF_ERROR(check_sequence(s, l1, tokens, slots, first_new));
   const size_t n = tokens.size();
 
@@ -142,8 +149,10 @@ Result<std::vector<float>> cpu_forward(const ModelShape& s, const CpuModelWeight
     cpu::attention(q.data(), n_new, keys.data(), values.data(), static_cast<int64_t>(n), s.num_heads, s.num_kv_heads,
                    s.head_dim, static_cast<int64_t>(first_new), scale, attn.data());
     store(attn);
-    cpu::matmul(attn.data(), n_new, l.o_proj, l.o_bias, o.data());
+    // One rank's o_proj sees its heads alone: a partial sum, the bias added to the whole.
+    cpu::matmul(attn.data(), n_new, l.o_proj, all_reduce ? no_bias : l.o_bias, o.data());
     store(o);
+    if (all_reduce) HIQ_RETURN_IF_ERROR(all_reduce(o, l.o_bias));
     for (size_t i = 0; i < h.size(); ++i) h[i] += o[i];
     store(h);
 
@@ -156,9 +165,11 @@ Result<std::vector<float>> cpu_forward(const ModelShape& s, const CpuModelWeight
     store(gate);
     cpu::matmul(gate.data(), n_new, l.down_proj, no_bias, o.data());
     store(o);
+    if (all_reduce) HIQ_RETURN_IF_ERROR(all_reduce(o, no_bias));
     for (size_t i = 0; i < h.size(); ++i) h[i] += o[i];
     store(h);
   }
+  if (!want_logits) return std::vector<float>{};
 
   const int64_t first_out = all_logits ? 0 : n_new - 1, outputs = n_new - first_out;
   cpu::rms_norm(h.data() + first_out * hidden, outputs, hidden, w.final_norm, s.rms_norm_eps, x.data(), true);

@@ -84,4 +84,20 @@ Result<std::vector<float>> cpu_forward(const ModelShape& shape, const CpuModelWe
                                        size_t first_new, bool all_logits = false,
                                        const BeforeAttention& before_attention = nullptr);
 
+// Turns a tensor-parallel rank's output of o_proj or down_proj — a partial
+// sum over its heads or MLP columns, rounded to BF16 — into the whole sum,
+// `bias` (whole; absent for down_proj) added once, rounded to BF16, in place.
+using RankAllReduce = std::function<Status(std::vector<float>& partial, const cpu::VectorView& bias)>;
+
+// cpu_forward as one tensor-parallel rank runs it (model/tensor_parallel.h):
+// `shape` and `weights` are the rank's (its heads and MLP columns), `l1` its
+// pool, and `all_reduce` meets the other ranks after each row-parallel
+// product. Returns the logits when `want_logits`, else nothing (every rank holds
+// the same hidden states; one computes them). cpu_forward is this pass with
+// the whole model and no all-reduce.
+Result<std::vector<float>> cpu_forward_rank(const ModelShape& shape, const CpuModelWeights& weights, DeviceKvPool& l1,
+                                            std::span<const int32_t> tokens, std::span<const SlotId> slots,
+                                            size_t first_new, bool all_logits, const BeforeAttention& before_attention,
+                                            const RankAllReduce& all_reduce, bool want_logits);
+
 }  // namespace hiq

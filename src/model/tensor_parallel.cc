@@ -2,13 +2,10 @@
 
 #include <atomic>
 #include <barrier>
-#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
-
-#include "codec/numeric.h"
 
 namespace hiq {
 namespace {
@@ -42,8 +39,6 @@ cpu::MatrixView column_range(const cpu::MatrixView& m, int64_t begin, int64_t co
                 static_cast<size_t>(count) * element);
   return {m.type, storage.data(), m.rows, count};
 }
-
-void store(std::vector<float>& x) { cpu::round_to_bf16(x.data(), x.size()); }
 
 }  // namespace
 
@@ -136,7 +131,7 @@ struct CpuTpModel::AllReduce {
       cpu::read_row({bias.type, bias.data, 1, bias.size}, 0, b.data());
       for (size_t i = 0; i < sum.size(); ++i) sum[i] += b[i % b.size()];
     }
-    store(sum);
+    cpu::round_to_bf16(sum.data(), sum.size());
     barrier.arrive_and_wait();
     return true;
   }
@@ -160,86 +155,17 @@ struct CpuTpModel::AllReduce {
 Status CpuTpModel::run_rank(int r, DeviceKvPool& pool, std::span<const int32_t> tokens, std::span<const SlotId> slots,
                             size_t first_new, bool all_logits, AllReduce& reduce, std::vector<float>* logits) const {
   const Rank& rank = ranks_[static_cast<size_t>(r)];
-  const ModelShape& s = rank.shape;
-  const CpuModelWeights& w = rank.weights;
-  const size_t n = tokens.size();
-  const auto n_new = static_cast<int64_t>(n - first_new);
-  const int64_t hidden = s.hidden_size, q_out = int64_t{s.num_heads} * s.head_dim,
-                kv_out = int64_t{s.num_kv_heads} * s.head_dim, mlp = s.intermediate_size;
-  const std::span<const SlotId> new_slots = slots.subspan(first_new);
-  const cpu::VectorView no_bias;
-
-  std::vector<float> h(static_cast<size_t>(n_new * hidden));
-  for (int64_t t = 0; t < n_new; ++t)
-    cpu::read_row(w.embed_tokens, tokens[first_new + static_cast<size_t>(t)], h.data() + t * hidden);
-  std::vector<float> x(h.size()), q(static_cast<size_t>(n_new * q_out)), k(static_cast<size_t>(n_new * kv_out)),
-      v(k.size()), attn(q.size()), partial(h.size()), o(h.size()), gate(static_cast<size_t>(n_new * mlp)),
-      up(gate.size());
-  std::vector<uint16_t> rows(static_cast<size_t>(std::max<int64_t>(n_new, static_cast<int64_t>(n)) * kv_out));
-  std::vector<float> keys(static_cast<size_t>(static_cast<int64_t>(n) * kv_out)), values(keys.size());
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-
-  for (int layer = 0; layer < s.num_layers; ++layer) {
-    const LayerWeights& l = w.layers[static_cast<size_t>(layer)];
-    const LayerWeights& whole = ranks_.front().weights.layers[static_cast<size_t>(layer)];
-    cpu::rms_norm(h.data(), n_new, hidden, l.input_norm, s.rms_norm_eps, x.data(), true);
-    store(x);
-    cpu::matmul(x.data(), n_new, l.q_proj, l.q_bias, q.data());
-    cpu::matmul(x.data(), n_new, l.k_proj, l.k_bias, k.data());
-    cpu::matmul(x.data(), n_new, l.v_proj, l.v_bias, v.data());
-    store(q), store(k), store(v);
-    if (s.qk_norm) {
-      cpu::rms_norm(q.data(), n_new * s.num_heads, s.head_dim, l.q_norm, s.rms_norm_eps, q.data(), true);
-      cpu::rms_norm(k.data(), n_new * s.num_kv_heads, s.head_dim, l.k_norm, s.rms_norm_eps, k.data(), true);
-      store(q), store(k);
-    }
-    for (int64_t t = 0; t < n_new; ++t) {
-      const auto position = static_cast<int64_t>(first_new) + t;
-      cpu::apply_rope(q.data() + t * q_out, s.num_heads, s.head_dim, position, s.rope);
-      cpu::apply_rope(k.data() + t * kv_out, s.num_kv_heads, s.head_dim, position, s.rope);
-    }
-    store(q), store(k);
-
-    for (int p = 0; p < 2; ++p) {
-      const std::vector<float>& src = p == 0 ? k : v;
-      for (size_t i = 0; i < src.size(); ++i) rows[i] = numeric::float_to_bf16(src[i]);
-      HIQ_RETURN_IF_ERROR(pool.write_rows(layer, static_cast<KvPart>(p), new_slots, rows.data()));
-    }
-    for (int p = 0; p < 2; ++p) {
-      HIQ_RETURN_IF_ERROR(pool.read_rows(layer, static_cast<KvPart>(p), slots, rows.data()));
-      std::vector<float>& dst = p == 0 ? keys : values;
-      for (size_t i = 0; i < dst.size(); ++i) dst[i] = numeric::bf16_to_float(rows[i]);
-    }
-    cpu::attention(q.data(), n_new, keys.data(), values.data(), static_cast<int64_t>(n), s.num_heads, s.num_kv_heads,
-                   s.head_dim, static_cast<int64_t>(first_new), scale, attn.data());
-    store(attn);
-    cpu::matmul(attn.data(), n_new, l.o_proj, no_bias, partial.data());
-    store(partial);
-    // The output bias is added once, to the sum.
-    if (!reduce.run(r, partial, whole.o_bias, o)) return failed_precondition("another rank failed");
-    for (size_t i = 0; i < h.size(); ++i) h[i] += o[i];
-    store(h);
-
-    cpu::rms_norm(h.data(), n_new, hidden, l.post_attention_norm, s.rms_norm_eps, x.data(), true);
-    store(x);
-    cpu::matmul(x.data(), n_new, l.gate_proj, no_bias, gate.data());
-    cpu::matmul(x.data(), n_new, l.up_proj, no_bias, up.data());
-    store(gate), store(up);
-    cpu::silu_mul(gate.data(), up.data(), gate.size(), gate.data());
-    store(gate);
-    cpu::matmul(gate.data(), n_new, l.down_proj, no_bias, partial.data());
-    store(partial);
-    if (!reduce.run(r, partial, no_bias, o)) return failed_precondition("another rank failed");
-    for (size_t i = 0; i < h.size(); ++i) h[i] += o[i];
-    store(h);
-  }
-  if (logits == nullptr) return Status::ok();  // every rank holds the same h: rank 0 computes the logits
-  const int64_t first_out = all_logits ? 0 : n_new - 1, outputs = n_new - first_out;
-  cpu::rms_norm(h.data() + first_out * hidden, outputs, hidden, w.final_norm, s.rms_norm_eps, x.data(), true);
-  std::vector<float> normed(x.begin(), x.begin() + outputs * hidden);
-  store(normed);
-  logits->resize(static_cast<size_t>(outputs * s.vocab_size));
-  cpu::matmul(normed.data(), outputs, w.lm_head, no_bias, logits->data());
+  std::vector<float> sum;
+  const RankAllReduce all_reduce = [&](std::vector<float>& partial, const cpu::VectorView& bias) {
+    sum.resize(partial.size());
+    if (!reduce.run(r, partial, bias, sum)) return failed_precondition("another rank failed");
+    partial.swap(sum);
+    return Status::ok();
+  };
+  HIQ_ASSIGN_OR_RETURN(std::vector<float> out,
+                       cpu_forward_rank(rank.shape, rank.weights, pool, tokens, slots, first_new, all_logits, nullptr,
+                                        all_reduce, logits != nullptr));
+  if (logits != nullptr) *logits = std::move(out);
   return Status::ok();
 }
 

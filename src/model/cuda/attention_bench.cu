@@ -9,57 +9,13 @@
 #include "cuda/device.h"
 #include "model/attention_bench.h"
 #include "model/cuda/attention.h"
+#include "model/cuda/bench_util.h"
 
 namespace hiq {
 namespace {
 
 using cuda::AttentionArgs;
 using cuda::AttentionKernel;
-
-Result<cuda::DeviceMemory> upload_random_bf16(size_t n, uint32_t seed, const char* what) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<__nv_bfloat16> host(n);
-  for (auto& x : host) x = __float2bfloat16_rn(normal(rng));
-  HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory memory, cuda::device_alloc(n * sizeof(__nv_bfloat16), what));
-  HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(memory.get(), host.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
-  return Result<cuda::DeviceMemory>(std::move(memory));
-}
-
-Result<std::vector<float>> download_bf16(const void* device, size_t n) {
-  std::vector<__nv_bfloat16> host(n);
-  HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), device, n * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
-  std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(host[i]);
-  return out;
-}
-
-// Median seconds of one launch, by CUDA events, after a warm-up.
-Result<double> median_launch_seconds(const AttentionArgs& args, double budget, cudaStream_t stream) {
-  HIQ_RETURN_IF_ERROR(cuda::launch_attention(args, stream));
-  HIQ_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  HIQ_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  HIQ_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
-  std::vector<double> times;
-  double spent = 0;
-  Status status;
-  while (status.is_ok() && (times.size() < 5 || (times.size() < 200 && spent < budget))) {
-    status = cuda::cuda_status(cudaEventRecord(start, stream), "cudaEventRecord");
-    if (status.is_ok()) status = cuda::launch_attention(args, stream);
-    if (status.is_ok()) status = cuda::cuda_status(cudaEventRecord(stop, stream), "cudaEventRecord");
-    if (status.is_ok()) status = cuda::cuda_status(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    if (status.is_ok()) status = cuda::cuda_status(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    times.push_back(ms * 1e-3);
-    spent += ms * 1e-3;
-  }
-  (void)cudaEventDestroy(start);
-  (void)cudaEventDestroy(stop);
-  HIQ_RETURN_IF_ERROR(status);
-  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-  return times[times.size() / 2];
-}
 
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
   double diff = 0, norm = 0;
@@ -91,9 +47,12 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
   for (int tokens : o.tokens) {
     const int context = o.prefix + tokens;
     const size_t q_row = static_cast<size_t>(o.heads) * o.head_dim, kv_row = static_cast<size_t>(o.kv_heads) * o.head_dim;
-    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory q, upload_random_bf16(static_cast<size_t>(tokens) * q_row, 1, "q"));
-    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory k, upload_random_bf16(static_cast<size_t>(context) * kv_row, 2, "k"));
-    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory v, upload_random_bf16(static_cast<size_t>(context) * kv_row, 3, "v"));
+    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory q,
+                         cuda::random_device_bf16(static_cast<size_t>(tokens) * q_row, 1, 1.f, "q"));
+    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory k,
+                         cuda::random_device_bf16(static_cast<size_t>(context) * kv_row, 2, 1.f, "k"));
+    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory v,
+                         cuda::random_device_bf16(static_cast<size_t>(context) * kv_row, 3, 1.f, "v"));
     HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory out, cuda::device_alloc(static_cast<size_t>(tokens) * q_row * 2, "out"));
     // The context's slots, shuffled: L1 gives a sequence whichever slots are free.
     std::vector<uint32_t> slots(static_cast<size_t>(context));
@@ -155,8 +114,11 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
       k_row.name = kernel == AttentionKernel::kSm90         ? "sm90"
                    : kernel == AttentionKernel::kSm90Staged ? "sm90-staged"
                                                             : "portable";
-      HIQ_ASSIGN_OR_RETURN(k_row.seconds, median_launch_seconds(args, o.seconds_per_measurement, stream.get()));
-      HIQ_ASSIGN_OR_RETURN(std::vector<float> result, download_bf16(out.get(), static_cast<size_t>(tokens) * q_row));
+      HIQ_ASSIGN_OR_RETURN(k_row.seconds,
+                           cuda::median_seconds([&](int) { return cuda::launch_attention(args, stream.get()); }, 1,
+                                                o.seconds_per_measurement, stream.get()));
+      HIQ_ASSIGN_OR_RETURN(std::vector<float> result,
+                           cuda::download_floats(out.get(), static_cast<size_t>(tokens) * q_row, false));
       if (kernel == AttentionKernel::kPortable) portable_out = std::move(result);
       else k_row.relative_error = relative_error(result, portable_out);
       row.kernels.push_back(k_row);

@@ -6,6 +6,7 @@
 #include "cuda/buffers.h"
 #include "cuda/check.cuh"
 #include "cuda/device.h"
+#include "model/cuda/bench_util.h"
 #include "model/cuda/gemm.h"
 #include "model/gemm_bench.h"
 
@@ -13,61 +14,6 @@ namespace hiq {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-// Random BF16 values in device memory, made on the host once per size.
-Result<cuda::DeviceMemory> random_device_bf16(size_t n, uint32_t seed, const char* what) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.f, 0.05f);
-  std::vector<bf16> host(std::min<size_t>(n, size_t{1} << 24));
-  for (auto& x : host) x = __float2bfloat16_rn(normal(rng));
-  HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory memory, cuda::device_alloc(n * sizeof(bf16), what));
-  for (size_t at = 0; at < n; at += host.size()) {
-    const size_t count = std::min(host.size(), n - at);
-    HIQ_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(static_cast<bf16*>(memory.get()) + at, host.data(), count * sizeof(bf16), cudaMemcpyHostToDevice));
-  }
-  return Result<cuda::DeviceMemory>(std::move(memory));
-}
-
-// Median seconds per call of `call(i)` over batches of `per_batch` calls, by CUDA events.
-Result<double> median_seconds(const std::function<Status(int)>& call, int per_batch, double budget,
-                              cudaStream_t stream) {
-  for (int i = 0; i < per_batch; ++i) HIQ_RETURN_IF_ERROR(call(i));  // warm-up: plans, clocks
-  HIQ_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  HIQ_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-  HIQ_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
-  std::vector<double> times;
-  double spent = 0;
-  Status status;
-  while (status.is_ok() && (times.size() < 5 || (times.size() < 100 && spent < budget))) {
-    status = cuda::cuda_status(cudaEventRecord(start, stream), "cudaEventRecord");
-    for (int i = 0; status.is_ok() && i < per_batch; ++i) status = call(i);
-    if (status.is_ok()) status = cuda::cuda_status(cudaEventRecord(stop, stream), "cudaEventRecord");
-    if (status.is_ok()) status = cuda::cuda_status(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    if (status.is_ok()) status = cuda::cuda_status(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    times.push_back(ms * 1e-3 / per_batch);
-    spent += ms * 1e-3;
-  }
-  (void)cudaEventDestroy(start);
-  (void)cudaEventDestroy(stop);
-  HIQ_RETURN_IF_ERROR(status);
-  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
-  return times[times.size() / 2];
-}
-
-Result<std::vector<float>> download(const void* y, size_t n, bool fp32) {
-  std::vector<float> out(n);
-  if (fp32) {
-    HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return out;
-  }
-  std::vector<bf16> host(n);
-  HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), y, n * sizeof(bf16), cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(host[i]);
-  return out;
-}
 
 }  // namespace
 
@@ -110,7 +56,7 @@ Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions& o, const std::fun
     HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory a, cuda::device_alloc(largest, "copy source"));
     HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory b, cuda::device_alloc(largest, "copy destination"));
     HIQ_ASSIGN_OR_RETURN(const double seconds,
-                         median_seconds(
+                         cuda::median_seconds(
                              [&](int) {
                                return cuda::cuda_status(
                                    cudaMemcpyAsync(b.get(), a.get(), largest, cudaMemcpyDeviceToDevice, stream.get()),
@@ -123,12 +69,12 @@ Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions& o, const std::fun
   const int most_rows = *std::max_element(o.rows.begin(), o.rows.end());
   int most_k = 0;
   for (const Product& p : products) most_k = std::max(most_k, p.k);
-  HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory x, random_device_bf16(size_t(most_rows) * most_k, 1, "x"));
+  HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory x, cuda::random_device_bf16(size_t(most_rows) * most_k, 1, 0.05f, "x"));
   size_t done = 0;
   for (const Product& p : products) {
     const size_t matrix = size_t(p.n) * size_t(p.k);
     const int copies = copies_of(matrix * sizeof(bf16));
-    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory weights, random_device_bf16(matrix * copies, 2, "weights"));
+    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory weights, cuda::random_device_bf16(matrix * copies, 2, 0.05f, "weights"));
     HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory y, cuda::device_alloc(size_t(most_rows) * p.n * 4 * 2, "y"));
     const auto* w = static_cast<const bf16*>(weights.get());
     const cudaDataType_t type = p.fp32 ? CUDA_R_32F : CUDA_R_16BF;
@@ -142,7 +88,7 @@ Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions& o, const std::fun
       for (const bool skinny : {false, true}) {
         gemms.set_skinny(skinny ? cuda::Gemms::Skinny::kWhereverPossible : cuda::Gemms::Skinny::kNever);
         void* out = static_cast<std::byte*>(y.get()) + (skinny ? y_half : 0);
-        HIQ_ASSIGN_OR_RETURN(const double seconds, median_seconds(
+        HIQ_ASSIGN_OR_RETURN(const double seconds, cuda::median_seconds(
                                                        [&](int i) {
                                                          return gemms.run(static_cast<const bf16*>(x.get()), m,
                                                                           w + matrix * (i % copies), p.n, p.k, out,
@@ -153,9 +99,9 @@ Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions& o, const std::fun
       }
       // Both results of the last copy: they must agree.
       HIQ_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()));
-      HIQ_ASSIGN_OR_RETURN(const std::vector<float> a, download(y.get(), size_t(m) * p.n, p.fp32));
+      HIQ_ASSIGN_OR_RETURN(const std::vector<float> a, cuda::download_floats(y.get(), size_t(m) * p.n, p.fp32));
       HIQ_ASSIGN_OR_RETURN(const std::vector<float> b,
-                           download(static_cast<std::byte*>(y.get()) + y_half, size_t(m) * p.n, p.fp32));
+                           cuda::download_floats(static_cast<std::byte*>(y.get()) + y_half, size_t(m) * p.n, p.fp32));
       for (size_t i = 0; i < a.size(); ++i)
         row.max_abs_difference = std::max(row.max_abs_difference, std::fabs(double{a[i]} - b[i]));
       report.products.push_back(row);

@@ -1,0 +1,29 @@
+// model/cuda/bench_util.h (internal to the CUDA model) — what the kernel
+// benchmarks (`hiq bench attention`, `hiq bench gemm`) share: random device
+// inputs, a median time by CUDA events, results back as floats.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/status.h"
+#include "cuda/buffers.h"
+
+namespace hiq::cuda {
+
+// n BF16 values drawn from N(0, stddev²) (seeded), in fresh device memory.
+Result<DeviceMemory> random_device_bf16(size_t n, uint32_t seed, float stddev, const char* what);
+
+// The median seconds of one call of `call(i)`, i = 0 … per_batch − 1 timed
+// together by CUDA events on `stream`, over at least 5 and at most 200
+// batches or about `budget` seconds, after one untimed batch.
+Result<double> median_seconds(const std::function<Status(int)>& call, int per_batch, double budget,
+                              cudaStream_t stream);
+
+// n values of device memory, BF16 or FP32, as floats.
+Result<std::vector<float>> download_floats(const void* device, size_t n, bool fp32);
+
+}  // namespace hiq::cuda

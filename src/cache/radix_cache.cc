@@ -529,6 +529,17 @@ uint64_t RadixCache::start_demotions(uint64_t bytes, uint64_t band_start) {
   // Host-only nodes first, least recently used first; then the L2 copies of
   // nodes still in L1 (read only once L1 lets them go). Nodes accessed at
   // the same tick lie on one path: the deeper, less shared, goes first.
+  //
+  // An L2 copy whose node is still in L1 is demoted from its records too,
+  // rounded a second time, although L1 holds the original. Encoding it
+  // from L1 would be a new backup, not a demotion: the demotion engine
+  // rewrites records in place on host threads and never reads L1 (device
+  // memory on a GPU), and a backup needs its slots first — room a full
+  // tier lacks (the reason demotion is in place), or the old copy freed
+  // first, leaving the node without a host copy until the backup lands
+  // and losing it when the engine refuses one. Where double rounding was
+  // common — backups of a tier whose band is too short to keep them —
+  // backup_rung() writes the last rung directly from L1 instead.
   struct Candidate {
     bool in_l1;
     uint64_t last_access;

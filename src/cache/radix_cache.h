@@ -135,7 +135,7 @@ struct RadixCacheOptions {
   // A tiered host pool only:
   int demotion_threads = 4;          // host threads that re-encode cold nodes (0: inline, for tests)
   double demotion_watermark = 1.0 / 16;  // demote ahead while less than this fraction of L2 is free
-  size_t reuse_window = 32;              // host hits whose reuse distances size rung 0's band
+  size_t reuse_window = 256;             // host hits whose reuse distances size rung 0's band
   double reuse_headroom = 1.25;          // the lower rungs reach this far past the farthest of them
   std::function<Status(Ticket)> demotion_hook;  // test hook: DemotionEngineOptions::before_job
 };

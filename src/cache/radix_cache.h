@@ -38,10 +38,11 @@
 // their distances that still leaves the lower rungs room to reach
 // reuse_headroom × the farthest of them —
 //
-//   band + (capacity − band) / r  ≥  headroom · max distance,
-//   r = last rung's bytes per token / rung 0's,
+//   band + (capacity − band) / r  ≥  headroom · (1 + 1/k) · max distance,
+//   r = last rung's bytes per token / rung 0's, k = hits in the window
 //
-// so a ladder never loses a hit it sees to keep a node at rung 0. When
+// (the farthest of k hits seen underestimates the farthest there is), so
+// a ladder does not trade a hit it can see for rung 0's precision. When
 // the hits fit rung 0 (a working set within its capacity) the band
 // covers them and the tier serves them at rung 0, as rung 0 alone would;
 // when they lie farther back than any band could reach, the band is
@@ -64,7 +65,8 @@
 // records (a prefix may span nodes of several rungs; the engines decode each
 // slot with its rung's codec), and its L1 copy is then that codec's round
 // trip, so backing it up again at rung 0 would spend bytes on no precision.
-// Only KV computed anew (after the node was dropped) is backed up at rung 0.
+// Only KV computed anew (after the node was dropped) is backed up again, at
+// the rung backup_rung() picks.
 //
 // Node states (of the tokens on one edge):
 //

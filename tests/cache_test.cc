@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -323,6 +324,8 @@ TEST(RadixCache, FailedRestoreLeavesTheNodeOnHostAndIsCounted) {
 struct LagRun {
   size_t restored[2] = {}, missed = 0;
   RadixCacheStats stats;
+  std::optional<uint64_t> band;  // rung 0's band at the end (a ladder)
+  uint64_t int8_prefix_bytes = 0;
 };
 
 // Every codec gets the same L2 bytes: room for `int8_prefixes` at int8.
@@ -362,6 +365,8 @@ LagRun run_lag_workload(const char* codec, size_t lag, size_t steps, size_t pref
     EXPECT_TRUE(h.cache->check_invariants().is_ok()) << "step " << i;
   }
   run.stats = h.cache->stats();
+  run.band = h.cache->rung0_band_bytes();
+  run.int8_prefix_bytes = prefix * int8_bytes;
   return run;
 }
 
@@ -380,6 +385,9 @@ TEST(RadixCacheLadder, AWorkingSetThatFitsRungZeroIsServedAtRungZero) {
   EXPECT_EQ(tiered.restored[0], (steps - 1) * prefix);
   EXPECT_EQ(tiered.restored[1], 0u);
   EXPECT_EQ(tiered.stats.backup_rung_tokens[1], 0u) << "a new prefix went to the last rung";
+  // Each read reaches back over three prefixes: the new one, the one read
+  // last step, and itself.
+  EXPECT_EQ(tiered.band, 3 * tiered.int8_prefix_bytes);
   EXPECT_GT(tiered.stats.demoted_tokens[1], 0u) << "dead prefixes go down before they are dropped";
   EXPECT_GT(tiered.stats.l2_evicted_tokens, 0u);
 }
@@ -396,6 +404,7 @@ TEST(RadixCacheLadder, AWorkingSetBeyondRungZeroIsServedAsTheLastRungAlone) {
   EXPECT_GT(int8.missed, 0u) << "the case must exceed rung 0";
   EXPECT_EQ(tiered.missed, int4h.missed);
   EXPECT_EQ(tiered.restored[0] + tiered.restored[1], int4h.restored[0]);
+  EXPECT_EQ(tiered.band, 0u);
   EXPECT_GT(tiered.stats.backup_rung_tokens[1], 4 * tiered.stats.demoted_tokens[1]);
 }
 

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -51,7 +52,8 @@ void expected_row(uint64_t hash, int layer, KvPart part, std::span<uint16_t> row
 
 struct Harness {
   explicit Harness(KvCodecs codec, int page_size, size_t l1_slots, size_t l2_slots, RadixCacheOptions options,
-                   int workers = 2, RecordOrder order = RecordOrder::kLayerMajor, std::vector<CodecKind> demotion = {})
+                   int workers = 2, RecordOrder order = RecordOrder::kLayerMajor, std::vector<CodecKind> demotion = {},
+                   uint64_t l2_bytes = 0)  // non-zero: L2's budget in bytes, not l2_slots
       : geometry(tiny_geometry(page_size)) {
     l1 = *make_host_memory_device_pool(geometry, l1_slots);
     HostKvPoolOptions ho;
@@ -59,6 +61,7 @@ struct Harness {
     ho.record_order = order;
     ho.demotion = std::move(demotion);
     ho.ratio = static_cast<double>(l2_slots) / static_cast<double>(l1_slots);
+    ho.size_bytes = l2_bytes;
     l2 = *HostKvPool::create(geometry, ho, l1_slots);
     TransferEngineOptions eo;
     eo.workers = workers;
@@ -310,6 +313,99 @@ TEST(RadixCache, FailedRestoreLeavesTheNodeOnHostAndIsCounted) {
   EXPECT_EQ(l1->allocator().used_count(), 0u) << "the restore's L1 slots are freed";
   EXPECT_EQ(cache.match_prefix(a).host_tokens, 4u) << "the host copy is still good";
   EXPECT_TRUE(cache.check_invariants().is_ok());
+}
+
+// ---- a ladder's rung-0 band ------------------------------------------------------------
+
+// A served prefix reused `lag` prefixes later, as hiq quality's workload
+// mode drives a tier: each step computes and backs up a new prefix, leaves
+// it host-only, then restores the one `lag` steps back. A restored prefix
+// is never read again, yet it is the most recently used.
+struct LagRun {
+  size_t restored[2] = {}, missed = 0;
+  RadixCacheStats stats;
+  std::optional<uint64_t> band;  // rung 0's band at the end (a ladder)
+  uint64_t int8_prefix_bytes = 0;
+};
+
+// Every codec gets the same L2 bytes: room for `int8_prefixes` at int8.
+LagRun run_lag_workload(const char* codec, size_t lag, size_t steps, size_t prefix, size_t int8_prefixes) {
+  RadixCacheOptions o;
+  o.demotion_threads = 0;  // inline: the same decisions every run
+  HostKvPoolOptions spec;
+  EXPECT_TRUE(parse_host_codec(codec, spec).is_ok());
+  const KvGeometry g = tiny_geometry(1);  // K and V rows of one head of 16
+  const uint64_t int8_bytes = 2 * g.num_layers * RecordLayout::compute(CodecKind::kInt8, {1, 16}, kDefaultRecordAlign).record_bytes;
+  Harness h(spec.codec, 1, /*l1_slots=*/4 * prefix, 0, o, 2, RecordOrder::kTokenMajor, spec.demotion,
+            int8_prefixes * prefix * int8_bytes);
+  const auto text = [&](size_t i) {
+    std::vector<TokenId> t(prefix);
+    for (size_t k = 0; k < prefix; ++k) t[k] = static_cast<TokenId>((i * 131 + k * 7) % 997);
+    return t;
+  };
+  LagRun run;
+  for (size_t i = 0; i < steps; ++i) {
+    EXPECT_TRUE(serve(h, text(i), false));
+    h.cache->drain_transfers();
+    h.cache->evict_l1(h.cache->l1_tokens());
+    if (i < lag) continue;
+    const std::vector<TokenId> read = text(i - lag);
+    if (h.cache->cached_prefix(read).host < prefix) {
+      ++run.missed;
+      continue;
+    }
+    const RadixCacheStats before = h.cache->stats();
+    size_t restored = 0;
+    EXPECT_TRUE(serve(h, read, true, &restored));
+    EXPECT_EQ(restored, prefix);
+    h.cache->drain_transfers();
+    for (int r = 0; r < h.l2->rungs(); ++r)
+      run.restored[r] += h.cache->stats().load_back_rung_tokens[r] - before.load_back_rung_tokens[r];
+    h.cache->evict_l1(h.cache->l1_tokens());
+    EXPECT_TRUE(h.cache->check_invariants().is_ok()) << "step " << i;
+  }
+  run.stats = h.cache->stats();
+  run.band = h.cache->rung0_band_bytes();
+  run.int8_prefix_bytes = prefix * int8_bytes;
+  return run;
+}
+
+// Two prefixes live at a time, in an L2 that holds four at int8: the
+// working set fits rung 0. The ladder restores every one of them from
+// int8, as int8 alone does, and never sends a new prefix to int4h. (A
+// rule that wrote backups at rung 0 only while the room was free sent
+// them to int4h once dead prefixes filled the tier, and demoted the live
+// ones first: 94 % of restores came from int4h.)
+TEST(RadixCacheLadder, AWorkingSetThatFitsRungZeroIsServedAtRungZero) {
+  const size_t prefix = 16, steps = 40;
+  const LagRun int8 = run_lag_workload("int8", 1, steps, prefix, 4);
+  const LagRun tiered = run_lag_workload("tiered:int8,int4h", 1, steps, prefix, 4);
+  EXPECT_EQ(int8.missed, 0u);
+  EXPECT_EQ(tiered.missed, 0u);
+  EXPECT_EQ(tiered.restored[0], (steps - 1) * prefix);
+  EXPECT_EQ(tiered.restored[1], 0u);
+  EXPECT_EQ(tiered.stats.backup_rung_tokens[1], 0u) << "a new prefix went to the last rung";
+  // Each read reaches back over three prefixes: the new one, the one read
+  // last step, and itself.
+  EXPECT_EQ(tiered.band, 3 * tiered.int8_prefix_bytes);
+  EXPECT_GT(tiered.stats.demoted_tokens[1], 0u) << "dead prefixes go down before they are dropped";
+  EXPECT_GT(tiered.stats.l2_evicted_tokens, 0u);
+}
+
+// Seven prefixes live at a time: beyond rung 0 (four), within the last
+// rung (eight). The ladder serves every read, as int4h alone does and
+// int8 does not, from int4h; once the band is known to be empty its
+// backups go to int4h directly, rounded once, not demoted there.
+TEST(RadixCacheLadder, AWorkingSetBeyondRungZeroIsServedAsTheLastRungAlone) {
+  const size_t prefix = 16, steps = 40, lag = 3;
+  const LagRun int8 = run_lag_workload("int8", lag, steps, prefix, 4);
+  const LagRun int4h = run_lag_workload("int4h", lag, steps, prefix, 4);
+  const LagRun tiered = run_lag_workload("tiered:int8,int4h", lag, steps, prefix, 4);
+  EXPECT_GT(int8.missed, 0u) << "the case must exceed rung 0";
+  EXPECT_EQ(tiered.missed, int4h.missed);
+  EXPECT_EQ(tiered.restored[0] + tiered.restored[1], int4h.restored[0]);
+  EXPECT_EQ(tiered.band, 0u);
+  EXPECT_GT(tiered.stats.backup_rung_tokens[1], 4 * tiered.stats.demoted_tokens[1]);
 }
 
 // ---- randomised, against the invariants and the KV itself -----------------------------

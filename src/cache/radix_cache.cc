@@ -254,6 +254,12 @@ PrefixMatch RadixCache::match_prefix(std::span<const TokenId> tokens) {
     pos += child->size();
     node = child;
   }
+  if (demoter_ && m.host_node != nullptr) {
+    uint64_t since = UINT64_MAX;  // the host part's least recent access
+    for (const RadixNode* t : touched)
+      if (t->host_only()) since = std::min(since, t->last_access);
+    record_reuse(since);
+  }
   const uint64_t now = tick();
   for (RadixNode* t : touched) {
     t->last_access = now;
@@ -411,7 +417,56 @@ Result<std::vector<SlotId>> RadixCache::allocate_l1(size_t tokens) {
 
 int RadixCache::backup_rung(size_t tokens) const {
   if (!demoter_) return 0;
-  return l2_->free_bytes() >= uint64_t{tokens} * l2_->bytes_per_token(0) ? 0 : l2_->rungs() - 1;
+  const uint64_t bytes = uint64_t{tokens} * l2_->bytes_per_token(0);
+  const std::optional<uint64_t> band = rung0_band_bytes();
+  const bool rung0 = band ? *band >= bytes : l2_->free_bytes() >= bytes;
+  return rung0 ? 0 : l2_->rungs() - 1;
+}
+
+void RadixCache::record_reuse(uint64_t since) {
+  uint64_t distance = 0;
+  for_each_below(static_cast<const RadixNode*>(root_.get()), [&](const RadixNode* n) {
+    if (!n->l2.empty() && n->last_access >= since) distance += n->size() * l2_->bytes_per_token(0);
+  });
+  reuse_distances_.push_back(distance);
+  while (reuse_distances_.size() > std::max<size_t>(options_.reuse_window, 1)) reuse_distances_.pop_front();
+}
+
+std::optional<uint64_t> RadixCache::rung0_band_bytes() const {
+  if (!demoter_ || reuse_distances_.empty()) return std::nullopt;
+  const double capacity = static_cast<double>(l2_->reserved_bytes());
+  const double r = static_cast<double>(l2_->bytes_per_token(l2_->rungs() - 1)) /
+                   static_cast<double>(l2_->bytes_per_token(0));
+  // The farthest of k distances seen underestimates the farthest there is:
+  // (1 + 1/k) times it is the unbiased estimate were they uniform, so a
+  // few hits are not taken for the whole working set.
+  const double k = static_cast<double>(reuse_distances_.size());
+  const double farthest =
+      static_cast<double>(*std::max_element(reuse_distances_.begin(), reuse_distances_.end())) * (1 + 1 / k);
+  // band + (capacity - band) / r >= headroom * farthest: the longest band
+  // whose lower rungs still reach that far.
+  const double longest = (capacity - r * options_.reuse_headroom * farthest) / (1 - r);
+  uint64_t band = 0;  // the farthest hit such a band serves at rung 0
+  for (uint64_t d : reuse_distances_)
+    if (static_cast<double>(d) <= longest) band = std::max(band, d);
+  return band;
+}
+
+uint64_t RadixCache::band_from(uint64_t reserve) const {
+  const std::optional<uint64_t> band = rung0_band_bytes();
+  if (!band || *band <= reserve) return kNoBand;
+  // Rung-0 bytes of the L2 nodes by access time, the most recent first.
+  std::map<uint64_t, uint64_t, std::greater<>> bytes_at;
+  for_each_below(static_cast<const RadixNode*>(root_.get()), [&](const RadixNode* n) {
+    if (!n->l2.empty()) bytes_at[n->last_access] += n->size() * l2_->bytes_per_token(0);
+  });
+  uint64_t from = kNoBand, length = reserve;
+  for (const auto& [time, bytes] : bytes_at) {
+    if (length + bytes > *band) break;
+    length += bytes;
+    from = time;
+  }
+  return from;
 }
 
 Result<std::vector<SlotId>> RadixCache::allocate_l2(size_t tokens, int rung) {
@@ -430,6 +485,8 @@ bool RadixCache::make_l2_room(size_t tokens, int rung) {
   if (demoter_) {
     const int last = l2_->rungs() - 1;
     const uint64_t wanted = uint64_t{short_by} * l2_->bytes_per_token(rung);
+    // Rung 0's band, the allocation itself counted in it when at rung 0.
+    const uint64_t band = band_from(rung == 0 ? uint64_t{tokens} * l2_->bytes_per_token(0) : 0);
     const auto settle_oldest = [&] {
       ++stats_.demotion_waits;
       const uint64_t before = l2_->free_bytes();
@@ -439,16 +496,23 @@ bool RadixCache::make_l2_room(size_t tokens, int rung) {
     // Demotions already done give their bytes at no cost.
     if (apply_finished_demotions() > 0) return true;
     if (rung == last) {
-      // A full tier (backup_rung): demotion is started but not waited for;
-      // the least recently used nodes at the last rung make the room now.
-      if (demotions_.empty()) start_demotions(wanted, /*l1_copies=*/true);
+      // Outside the band (backup_rung): demotion is started but not waited
+      // for; the least recently used nodes at the last rung make the room now.
+      if (demotions_.empty()) start_demotions(wanted, band);
       if (apply_finished_demotions() > 0) return true;  // an inline engine is done already
-      if (evict_l2_from(short_by, last) > 0) return true;
+      if (evict_l2_from(short_by, last, band) > 0) return true;
+    } else {
+      // Outside the band, demote before any drop: a demotion under way, the
+      // oldest, is waited for; else more are started; then the last rung's
+      // least recently used go.
+      if (!demotions_.empty() && settle_oldest()) return true;
+      if (start_demotions(wanted, band) > 0 && settle_oldest()) return true;
+      if (evict_l2_from(short_by, last, band) > 0) return true;
     }
-    // Demote before any drop: a demotion under way, the oldest, is waited
-    // for; else more are started. When one fails, fall through to dropping.
+    // Then the band itself, demoted before any drop. When a demotion fails,
+    // fall through to dropping.
     if (!demotions_.empty() && settle_oldest()) return true;
-    if (start_demotions(wanted, /*l1_copies=*/true) > 0 && settle_oldest()) return true;
+    if (start_demotions(wanted, kNoBand) > 0 && settle_oldest()) return true;
   }
   return evict_l2(short_by) > 0;
 }
@@ -461,10 +525,21 @@ bool RadixCache::demotable(const RadixNode* node) const {
          !l2_->any_pinned(node->l2);
 }
 
-uint64_t RadixCache::start_demotions(uint64_t bytes, bool l1_copies) {
+uint64_t RadixCache::start_demotions(uint64_t bytes, uint64_t band_start) {
   // Host-only nodes first, least recently used first; then the L2 copies of
   // nodes still in L1 (read only once L1 lets them go). Nodes accessed at
   // the same tick lie on one path: the deeper, less shared, goes first.
+  //
+  // An L2 copy whose node is still in L1 is demoted from its records too,
+  // rounded a second time, although L1 holds the original. Encoding it
+  // from L1 would be a new backup, not a demotion: the demotion engine
+  // rewrites records in place on host threads and never reads L1 (device
+  // memory on a GPU), and a backup needs its slots first — room a full
+  // tier lacks (the reason demotion is in place), or the old copy freed
+  // first, leaving the node without a host copy until the backup lands
+  // and losing it when the engine refuses one. Where double rounding was
+  // common — backups of a tier whose band is too short to keep them —
+  // backup_rung() writes the last rung directly from L1 instead.
   struct Candidate {
     bool in_l1;
     uint64_t last_access;
@@ -477,7 +552,7 @@ uint64_t RadixCache::start_demotions(uint64_t bytes, bool l1_copies) {
     const auto [n, above] = stack.back();
     stack.pop_back();
     const size_t depth = above + (n == root_.get() ? 0 : n->size());
-    if (n != root_.get() && demotable(n) && (l1_copies || n->l1.empty()))
+    if (n != root_.get() && demotable(n) && n->last_access < band_start)
       candidates.push_back({!n->l1.empty(), n->last_access, depth, n});
     for (auto& [_, child] : n->children) stack.emplace_back(child.get(), depth);
   }
@@ -550,7 +625,11 @@ void RadixCache::demote_ahead() {
   const uint64_t free = l2_->free_bytes();
   uint64_t above_last = 0;  // tokens that could go down a rung
   for (int r = 0; r + 1 < l2_->rungs(); ++r) above_last += l2_->used_tokens(r);
-  if (free < low && above_last > 0) start_demotions(2 * low - free, /*l1_copies=*/true);
+  // Outside rung 0's band only; a scan that found nothing is not repeated
+  // before the next access.
+  if (free < low && above_last > 0 && demote_ahead_idle_at_ != clock_ &&
+      start_demotions(2 * low - free, band_from(0)) == 0)
+    demote_ahead_idle_at_ = clock_;
 }
 
 bool RadixCache::l1_evictable(const RadixNode* node) const {
@@ -663,13 +742,14 @@ size_t RadixCache::evict_l1_settled(size_t tokens) {
 
 size_t RadixCache::evict_l2(size_t tokens) { return evict_l2_from(tokens, 0); }
 
-size_t RadixCache::evict_l2_from(size_t tokens, int min_rung) {
+size_t RadixCache::evict_l2_from(size_t tokens, int min_rung, uint64_t band_start) {
   if (!l2_) return 0;
   using Entry = std::pair<uint64_t, RadixNode*>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
   const auto evictable = [&](const RadixNode* n) {
     return n != root_.get() && n->host_only() && n->transfer == NodeTransfer::kNone && n->children.empty() &&
-           n->lock_ref == 0 && (min_rung == 0 || l2_->rung_of(n->l2.front()) >= min_rung);
+           n->lock_ref == 0 && n->last_access < band_start &&
+           (min_rung == 0 || l2_->rung_of(n->l2.front()) >= min_rung);
   };
   for_each_below(root_.get(), [&](RadixNode* n) {
     if (evictable(n)) heap.push({n->last_access, n});

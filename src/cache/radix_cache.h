@@ -15,32 +15,58 @@
 // dropped, least recently used first.
 //
 // Demotion. A precision-tiered host pool (`tiered:int8,int4h`) holds each
-// node's records in one codec of a ladder. Backups write rung 0; when the
-// pool runs low, the least recently used host-only nodes are re-encoded one
-// rung down (transfer/demotion_engine.h, on host threads) instead of being
-// dropped, and the bytes they no longer need are freed; then the L2 copies
-// of nodes still in L1, which nothing reads until L1 lets them go. A node
-// is dropped only when no node above the last rung can be demoted.
-// Demotion runs ahead of need: poll_transfers() starts it while less than
-// demotion_watermark of the pool is free, so an allocation rarely waits.
-// One that needs room at once waits for the oldest demotion under way, or
-// starts more and waits for the first, and drops only when none is left.
+// node's records in one codec of a ladder. When the pool runs low, the
+// least recently used host-only nodes are re-encoded one rung down
+// (transfer/demotion_engine.h, on host threads) instead of being dropped,
+// and the bytes they no longer need are freed; then the L2 copies of nodes
+// still in L1, which nothing reads until L1 lets them go. Outside rung 0's
+// band (below), a node is dropped only when no node there above the last
+// rung can be demoted; the band's nodes are demoted, then dropped, only
+// when nothing outside it is left. Demotion runs ahead of need:
+// poll_transfers() starts it while less than demotion_watermark of the
+// pool is free, so an allocation rarely waits. One that needs room at once
+// waits for the oldest demotion under way, or starts more and waits for
+// the first, and drops only when none is left.
 //
-// A full tier. A backup is written at rung 0 when the tier has the room
-// free (demoting ahead keeps making some while nodes above the last rung
-// remain), and otherwise at the last rung directly, displacing the least
-// recently used nodes there with no wait. A rung-0 copy would push out more
-// of them than it holds, make the request wait for demotions, and be
-// demoted itself soon after; encoding the L1 KV straight to the last rung
-// is also the more precise (one rounding, not two). So a tier under steady
-// pressure holds what the last rung alone would, and rung 0 holds what
-// arrived while there was room.
+// Rung 0's band. Which nodes deserve rung 0 follows from where the
+// tier's hits land. Each host hit has a reuse distance: the rung-0 bytes
+// of every L2 node used since the hit node's previous access, itself
+// included (what a pool of rung 0 alone would have to hold to hit it).
+// The band is the most recently used stretch of L2, `band` rung-0 bytes
+// long, kept at rung 0; what lies beyond it goes down the ladder. The
+// band's length comes from the last reuse_window hits: the longest of
+// their distances that still leaves the lower rungs room to reach
+// reuse_headroom × the farthest of them —
+//
+//   band + (capacity − band) / r  ≥  headroom · (1 + 1/k) · max distance,
+//   r = last rung's bytes per token / rung 0's, k = hits in the window
+//
+// (the farthest of k hits seen underestimates the farthest there is), so
+// a ladder does not trade a hit it can see for rung 0's precision. When
+// the hits fit rung 0 (a working set within its capacity) the band
+// covers them and the tier serves them at rung 0, as rung 0 alone would;
+// when they lie farther back than any band could reach, the band is
+// empty and the tier holds what the last rung alone would. The headroom
+// is what lets the band shrink again: a hit beyond the lower rungs'
+// reach is never seen (it was dropped), so the reach must exceed what
+// is seen. Until a hit is seen nothing is known, and the band is empty.
+//
+// A backup is written at rung 0 when it lies in the band (it is the most
+// recently used node, so when the band is at least its size); with no
+// band known, when the room is free. Otherwise it is written at the last
+// rung directly: it would only be demoted there, and encoding L1's KV
+// straight to the last rung rounds it once, not twice. Room is made
+// outside the band first — its nodes demoted, least recently used
+// first, then those at the last rung dropped — and only then inside it
+// (demoted, then dropped): a new prefix in the band is not sent to the
+// last rung while nodes above the last rung outside it can make room.
 //
 // A node keeps its rung until it leaves L2: a hit restores it from its
 // records (a prefix may span nodes of several rungs; the engines decode each
 // slot with its rung's codec), and its L1 copy is then that codec's round
 // trip, so backing it up again at rung 0 would spend bytes on no precision.
-// Only KV computed anew (after the node was dropped) is backed up at rung 0.
+// Only KV computed anew (after the node was dropped) is backed up again, at
+// the rung backup_rung() picks.
 //
 // Node states (of the tokens on one edge):
 //
@@ -74,8 +100,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -109,6 +137,8 @@ struct RadixCacheOptions {
   // A tiered host pool only:
   int demotion_threads = 4;          // host threads that re-encode cold nodes (0: inline, for tests)
   double demotion_watermark = 1.0 / 16;  // demote ahead while less than this fraction of L2 is free
+  size_t reuse_window = 256;             // host hits whose reuse distances size rung 0's band
+  double reuse_headroom = 1.25;          // the lower rungs reach this far past the farthest of them
   std::function<Status(Ticket)> demotion_hook;  // test hook: DemotionEngineOptions::before_job
 };
 
@@ -134,7 +164,7 @@ struct RadixCacheStats {
   // each; tokens demoted to each (index 0 unused); allocations that waited
   // for demotion; failed demotions (nothing changed).
   uint64_t load_back_rung_tokens[kMaxHostRungs] = {};
-  uint64_t backup_rung_tokens[kMaxHostRungs] = {};  // backups written at each rung (a full tier: the last)
+  uint64_t backup_rung_tokens[kMaxHostRungs] = {};  // backups written at each rung (outside rung 0's band: the last)
   uint64_t demoted_tokens[kMaxHostRungs] = {};
   uint64_t demotion_waits = 0, demotion_failures = 0;
 };
@@ -268,6 +298,9 @@ class RadixCache {
 
   // Transfers (and demotions) issued by the cache and not yet settled.
   size_t transfers_in_flight() const { return inflight_.size() + demotions_.size(); }
+  // A tiered pool: the length of rung 0's band in rung-0 bytes (the design
+  // essay), or nullopt while no host hit has been seen.
+  std::optional<uint64_t> rung0_band_bytes() const;
   // The engine that demotes for a tiered pool (null otherwise).
   const DemotionEngine* demotion_engine() const { return demoter_.get(); }
   // Number of tokens held in L1 and L2 by the tree.
@@ -309,8 +342,9 @@ class RadixCache {
   Result<std::vector<SlotId>> allocate_l1(size_t tokens);
   // Demotion (a tiered pool). Starts demoting the least recently used
   // eligible nodes until `bytes` will be freed; the bytes it will free.
-  // Host-only nodes only, or (l1_copies) then the L2 copies of L1 nodes.
-  uint64_t start_demotions(uint64_t bytes, bool l1_copies);
+  // Host-only nodes, then the L2 copies of L1 nodes; only those last
+  // accessed before `band_start` (rung 0's band stays; kNoBand: any).
+  uint64_t start_demotions(uint64_t bytes, uint64_t band_start);
   bool demotable(const RadixNode* node) const;
   void apply_demotion(Ticket ticket, const Status& status);
   // Applies the demotions the engine has finished; the bytes they freed.
@@ -319,14 +353,22 @@ class RadixCache {
   uint64_t settle_demotions();
   // Starts demotions while less than demotion_watermark of the pool is free.
   void demote_ahead();
-  // One step toward room for `tokens` at `rung` (settle, demote, or drop);
-  // false when none is possible.
+  // One step toward room for `tokens` at `rung` (settle, demote, or drop):
+  // outside rung 0's band first; false when none is possible.
   bool make_l2_room(size_t tokens, int rung);
-  // The rung a backup of `tokens` is written at: 0 when the tier has the
-  // room free, else the last.
+  // The rung a backup of `tokens` is written at: 0 when it lies in rung 0's
+  // band (with none known, when the room is free), else the last.
   int backup_rung(size_t tokens) const;
-  // evict_l2 of the nodes at `min_rung` or below it.
-  size_t evict_l2_from(size_t tokens, int min_rung);
+  // Rung 0's band: nodes last accessed at or after the returned time are in
+  // it, its length less `reserve` bytes (a rung-0 backup about to join it);
+  // kNoBand when it holds none.
+  static constexpr uint64_t kNoBand = UINT64_MAX;
+  uint64_t band_from(uint64_t reserve) const;
+  // Records the reuse distance of a host hit on nodes last accessed at `since`.
+  void record_reuse(uint64_t since);
+  // evict_l2 of the nodes at `min_rung` or below it, last accessed before
+  // `band_start`.
+  size_t evict_l2_from(size_t tokens, int min_rung, uint64_t band_start = kNoBand);
   uint64_t tick() { return ++clock_; }
 
   DeviceKvPool& l1_;
@@ -346,6 +388,8 @@ class RadixCache {
   std::unique_ptr<DemotionEngine> demoter_;  // a tiered pool only
   std::vector<Demotion> demotions_;
   uint64_t demotion_pending_bytes_ = 0;      // what the demotions in flight will free
+  std::deque<uint64_t> reuse_distances_;     // the last reuse_window host hits' (rung-0 bytes)
+  uint64_t demote_ahead_idle_at_ = 0;        // clock_ when demoting ahead last found nothing to demote
   size_t l1_tokens_ = 0, l2_tokens_ = 0;
   uint64_t clock_ = 0;  // logical time: the order of accesses is all LRU needs
   RadixCacheStats stats_;

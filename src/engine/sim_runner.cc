@@ -49,8 +49,8 @@ SimRunner::SimRunner(DeviceKvPool& l1, const HostKvPool* l2, TransferEngine* eng
   }
   // Through each rung of L2 in turn: rung 0's round trip of the exact rows,
   // then each lower rung's of the one above (what demotion does); and, for a
-  // ladder, the last rung's of the exact rows (a backup a full tier writes
-  // there directly).
+  // ladder, the last rung's of the exact rows (a backup outside rung 0's
+  // band is written there directly).
   const int variants = l2 == nullptr ? 0 : l2->rungs() + (l2->tiered() ? 1 : 0);
   for (int v = 0; v < variants; ++v)
     for (int r = 0; r < rows_per_token_; ++r) {

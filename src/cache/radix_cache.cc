@@ -485,8 +485,6 @@ bool RadixCache::make_l2_room(size_t tokens, int rung) {
   if (demoter_) {
     const int last = l2_->rungs() - 1;
     const uint64_t wanted = uint64_t{short_by} * l2_->bytes_per_token(rung);
-    // Rung 0's band, the allocation itself counted in it when at rung 0.
-    const uint64_t band = band_from(rung == 0 ? uint64_t{tokens} * l2_->bytes_per_token(0) : 0);
     const auto settle_oldest = [&] {
       ++stats_.demotion_waits;
       const uint64_t before = l2_->free_bytes();
@@ -495,6 +493,9 @@ bool RadixCache::make_l2_room(size_t tokens, int rung) {
     };
     // Demotions already done give their bytes at no cost.
     if (apply_finished_demotions() > 0) return true;
+    // Rung 0's band (a walk of the tree: only when room is still wanted),
+    // the allocation itself counted in it when at rung 0.
+    const uint64_t band = band_from(rung == 0 ? uint64_t{tokens} * l2_->bytes_per_token(0) : 0);
     if (rung == last) {
       // Outside the band (backup_rung): demotion is started but not waited
       // for; the least recently used nodes at the last rung make the room now.

@@ -12,21 +12,9 @@
 #include "model/cuda/bench_util.h"
 
 namespace hiq {
-namespace {
 
 using cuda::AttentionArgs;
 using cuda::AttentionKernel;
-
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    norm += double{b[i]} * b[i];
-  }
-  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
-}  // namespace
 
 Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
                                                  const std::function<void(size_t, size_t)>& progress) {
@@ -115,12 +103,12 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
                    : kernel == AttentionKernel::kSm90Staged ? "sm90-staged"
                                                             : "portable";
       HIQ_ASSIGN_OR_RETURN(k_row.seconds,
-                           cuda::median_seconds([&](int) { return cuda::launch_attention(args, stream.get()); }, 1,
+                           cuda::median_event_seconds([&](int) { return cuda::launch_attention(args, stream.get()); }, 1,
                                                 o.seconds_per_measurement, stream.get()));
       HIQ_ASSIGN_OR_RETURN(std::vector<float> result,
                            cuda::download_floats(out.get(), static_cast<size_t>(tokens) * q_row, false));
       if (kernel == AttentionKernel::kPortable) portable_out = std::move(result);
-      else k_row.relative_error = relative_error(result, portable_out);
+      else k_row.relative_error = cuda::relative_error(result, portable_out);
       row.kernels.push_back(k_row);
     }
     report.rows.push_back(std::move(row));

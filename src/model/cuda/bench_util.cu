@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "cuda/check.cuh"
@@ -24,7 +25,7 @@ Result<DeviceMemory> random_device_bf16(size_t n, uint32_t seed, float stddev, c
   return Result<DeviceMemory>(std::move(memory));
 }
 
-Result<double> median_seconds(const std::function<Status(int)>& call, int per_batch, double budget,
+Result<double> median_event_seconds(const std::function<Status(int)>& call, int per_batch, double budget,
                               cudaStream_t stream) {
   for (int i = 0; i < per_batch; ++i) HIQ_RETURN_IF_ERROR(call(i));  // warm-up: plans, clocks
   HIQ_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
@@ -49,6 +50,15 @@ Result<double> median_seconds(const std::function<Status(int)>& call, int per_ba
   HIQ_RETURN_IF_ERROR(status);
   std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
   return times[times.size() / 2];
+}
+
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
+    norm += double{b[i]} * b[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
 Result<std::vector<float>> download_floats(const void* device, size_t n, bool fp32) {

@@ -19,9 +19,14 @@ Result<DeviceMemory> random_device_bf16(size_t n, uint32_t seed, float stddev, c
 
 // The median seconds of one call of `call(i)`, i = 0 … per_batch − 1 timed
 // together by CUDA events on `stream`, over at least 5 and at most 200
-// batches or about `budget` seconds, after one untimed batch.
-Result<double> median_seconds(const std::function<Status(int)>& call, int per_batch, double budget,
+// batches or about `budget` seconds, after one untimed batch: the rule of
+// core/median_time.h in device time, for kernels of microseconds that a
+// host clock around a synchronisation would not resolve.
+Result<double> median_event_seconds(const std::function<Status(int)>& call, int per_batch, double budget,
                               cudaStream_t stream);
+
+// ‖a − b‖ / ‖b‖ (‖a − b‖ when b is all zeros).
+double relative_error(const std::vector<float>& a, const std::vector<float>& b);
 
 // n values of device memory, BF16 or FP32, as floats.
 Result<std::vector<float>> download_floats(const void* device, size_t n, bool fp32);

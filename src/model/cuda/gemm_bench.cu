@@ -56,7 +56,7 @@ Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions& o, const std::fun
     HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory a, cuda::device_alloc(largest, "copy source"));
     HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory b, cuda::device_alloc(largest, "copy destination"));
     HIQ_ASSIGN_OR_RETURN(const double seconds,
-                         cuda::median_seconds(
+                         cuda::median_event_seconds(
                              [&](int) {
                                return cuda::cuda_status(
                                    cudaMemcpyAsync(b.get(), a.get(), largest, cudaMemcpyDeviceToDevice, stream.get()),
@@ -88,7 +88,7 @@ Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions& o, const std::fun
       for (const bool skinny : {false, true}) {
         gemms.set_skinny(skinny ? cuda::Gemms::Skinny::kWhereverPossible : cuda::Gemms::Skinny::kNever);
         void* out = static_cast<std::byte*>(y.get()) + (skinny ? y_half : 0);
-        HIQ_ASSIGN_OR_RETURN(const double seconds, cuda::median_seconds(
+        HIQ_ASSIGN_OR_RETURN(const double seconds, cuda::median_event_seconds(
                                                        [&](int i) {
                                                          return gemms.run(static_cast<const bf16*>(x.get()), m,
                                                                           w + matrix * (i % copies), p.n, p.k, out,

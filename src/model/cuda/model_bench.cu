@@ -9,6 +9,7 @@
 #include "cuda/check.cuh"
 #include "cuda/device.h"
 #include "memory/cuda_device_kv_pool.h"
+#include "model/cuda/bench_util.h"
 #include "memory/host_kv_pool.h"
 #include "model/cuda_model.h"
 #include "model/model_bench.h"
@@ -62,15 +63,6 @@ Result<ForwardProfile> median_profile(const std::function<Status(ForwardProfile*
     median.*field = v[kPasses / 2];
   }
   return median;
-}
-
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    norm += double{b[i]} * b[i];
-  }
-  return std::sqrt(diff / norm);
 }
 
 }  // namespace
@@ -222,7 +214,7 @@ Result<ModelBenchReport> run_model_bench(const ModelConfig& config, const ModelS
       restored = std::move(out->logits);
       return Status::ok();
     }));
-    row.logits_relative_error = relative_error(restored, recomputed);
+    row.logits_relative_error = cuda::relative_error(restored, recomputed);
     row.same_next_token = std::max_element(restored.begin(), restored.end()) - restored.begin() ==
                           std::max_element(recomputed.begin(), recomputed.end()) - recomputed.begin();
     report.restore.push_back(row);

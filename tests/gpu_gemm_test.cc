@@ -3,7 +3,8 @@
 // count it takes, column counts that are and are not multiples of its
 // 16-column blocks, the model's reduction lengths, BF16 and FP32 outputs.
 // Its results are the same bits on a rerun and whichever batch a row comes
-// in. Skipped without a GPU.
+// in. Its fused forms (a normalised input, a residual add, the SiLU gate)
+// give the bits of the separate kernels they replace. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "cuda/buffers.h"
 #include "gpu_test_policy.h"
 #include "model/cuda/gemm.h"
+#include "model/cuda/model_kernels.h"
 #include "model/cuda/skinny_gemm.h"
 
 namespace hiq {
@@ -145,6 +147,102 @@ TEST_F(GpuSkinnyGemmTest, GemmsRoutesDecodeRowsToItAndAgreesWithCublas) {
   }
 }
 
+// The bits of a BF16 device buffer.
+std::vector<uint16_t> bits_of(const void* p, size_t n) {
+  std::vector<uint16_t> out(n);
+  EXPECT_EQ(cudaMemcpy(out.data(), p, n * sizeof(uint16_t), cudaMemcpyDeviceToHost), cudaSuccess);
+  return out;
+}
+
+const bf16* as_bf16(const cuda::DeviceMemory& m) { return static_cast<const bf16*>(m.get()); }
+bf16* as_bf16(cuda::DeviceMemory& m) { return static_cast<bf16*>(m.get()); }
+
+cuda::DeviceMemory zeros(size_t n) {
+  auto m = cuda::device_alloc(n * sizeof(bf16), "buffer");
+  EXPECT_TRUE(m.is_ok());
+  EXPECT_EQ(cudaMemset(m->get(), 0, n * sizeof(bf16)), cudaSuccess);
+  return std::move(*m);
+}
+
+TEST_F(GpuSkinnyGemmTest, ANormalisedInputGivesTheBitsOfTheNormKernelThenTheProduct) {
+  const float eps = 1e-6f;
+  uint32_t seed = 100;
+  for (auto [n, k] : std::vector<std::pair<int, int>>{{96, 256}, {200, 4096}, {40, 5120}}) {
+    for (int m : {1, 3, 8}) {
+      SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k);
+      const auto rows = static_cast<size_t>(m) * k;
+      cuda::DeviceMemory x = upload(random_bf16(rows, seed)),
+                         w = upload(random_bf16(static_cast<size_t>(n) * k, seed + 1));
+      cuda::DeviceMemory norm = upload(random_bf16(static_cast<size_t>(k), seed + 2));
+      seed += 3;
+      cuda::DeviceMemory normed = zeros(rows), separate = zeros(static_cast<size_t>(m) * n),
+                         fused = zeros(static_cast<size_t>(m) * n);
+      ASSERT_TRUE(
+          cuda::launch_add_rms_norm(as_bf16(x), nullptr, as_bf16(norm), m, k, eps, as_bf16(normed), nullptr).is_ok());
+      ASSERT_TRUE(
+          cuda::launch_skinny_gemm(as_bf16(normed), m, as_bf16(w), n, k, separate.get(), CUDA_R_16BF, nullptr).is_ok());
+      cuda::SkinnyFusion fusion;
+      fusion.norm_weight = as_bf16(norm);
+      fusion.norm_eps = eps;
+      const Status status =
+          cuda::launch_skinny_gemm(as_bf16(x), m, as_bf16(w), n, k, fused.get(), CUDA_R_16BF, nullptr, fusion);
+      ASSERT_TRUE(status.is_ok()) << status.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(bits_of(fused.get(), static_cast<size_t>(m) * n), bits_of(separate.get(), static_cast<size_t>(m) * n));
+    }
+  }
+}
+
+TEST_F(GpuSkinnyGemmTest, AResidualAddGivesTheBitsOfTheAddKernel) {
+  uint32_t seed = 200;
+  for (auto [n, k] : std::vector<std::pair<int, int>>{{256, 1024}, {4096, 12288}, {100, 64}}) {
+    for (int m : {1, 4, 8, 20}) {
+      SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k);
+      const std::vector<bf16> residual = random_bf16(static_cast<size_t>(m) * n, seed);
+      cuda::DeviceMemory x = upload(random_bf16(static_cast<size_t>(m) * k, seed + 1)),
+                         w = upload(random_bf16(static_cast<size_t>(n) * k, seed + 2));
+      seed += 3;
+      cuda::DeviceMemory separate = upload(residual), fused = upload(residual), delta = zeros(residual.size()),
+                         normed = zeros(residual.size()), norm = upload(random_bf16(static_cast<size_t>(n), seed));
+      ASSERT_TRUE(cuda::launch_skinny_gemm(as_bf16(x), m, as_bf16(w), n, k, delta.get(), CUDA_R_16BF, nullptr).is_ok());
+      ASSERT_TRUE(cuda::launch_add_rms_norm(as_bf16(separate), as_bf16(delta), as_bf16(norm), m, n, 1e-6f,
+                                            as_bf16(normed), nullptr)
+                      .is_ok());
+      cuda::SkinnyFusion fusion;
+      fusion.add_to_y = true;
+      const Status status =
+          cuda::launch_skinny_gemm(as_bf16(x), m, as_bf16(w), n, k, fused.get(), CUDA_R_16BF, nullptr, fusion);
+      ASSERT_TRUE(status.is_ok()) << status.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(bits_of(fused.get(), residual.size()), bits_of(separate.get(), residual.size()));
+    }
+  }
+}
+
+TEST_F(GpuSkinnyGemmTest, TheSiluGateGivesTheBitsOfTheGateKernel) {
+  uint32_t seed = 300;
+  for (auto [n, k] : std::vector<std::pair<int, int>>{{512, 256}, {12288, 4096}, {44, 96}}) {
+    for (int m : {1, 6, 8, 17}) {
+      SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k);
+      cuda::DeviceMemory x = upload(random_bf16(static_cast<size_t>(m) * k, seed)),
+                         w = upload(random_bf16(2 * static_cast<size_t>(n) * k, seed + 1));  // gate rows, then up rows
+      seed += 2;
+      const size_t outputs = static_cast<size_t>(m) * n;
+      cuda::DeviceMemory gate_up = zeros(2 * outputs), separate = zeros(outputs), fused = zeros(outputs);
+      ASSERT_TRUE(
+          cuda::launch_skinny_gemm(as_bf16(x), m, as_bf16(w), 2 * n, k, gate_up.get(), CUDA_R_16BF, nullptr).is_ok());
+      ASSERT_TRUE(cuda::launch_silu_mul(as_bf16(gate_up), m, n, as_bf16(separate), nullptr).is_ok());
+      cuda::SkinnyFusion fusion;
+      fusion.silu_gate = true;
+      const Status status =
+          cuda::launch_skinny_gemm(as_bf16(x), m, as_bf16(w), n, k, fused.get(), CUDA_R_16BF, nullptr, fusion);
+      ASSERT_TRUE(status.is_ok()) << status.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(bits_of(fused.get(), outputs), bits_of(separate.get(), outputs));
+    }
+  }
+}
+
 TEST_F(GpuSkinnyGemmTest, RefusesWhatItCannotTake) {
   auto memory = cuda::device_alloc(1 << 20, "buffer");
   ASSERT_TRUE(memory.is_ok());
@@ -159,6 +257,23 @@ TEST_F(GpuSkinnyGemmTest, RefusesWhatItCannotTake) {
       cuda::launch_skinny_gemm(reinterpret_cast<const bf16*>(base), 4, reinterpret_cast<const bf16*>(base), 8, 48,
                                memory->get(), CUDA_R_16BF, nullptr);
   EXPECT_FALSE(refused.is_ok());
+
+  cuda::SkinnyFusion both;
+  both.add_to_y = both.silu_gate = true;
+  EXPECT_FALSE(cuda::skinny_fusion_supports(4, 64, both, CUDA_R_16BF));  // one epilogue at most
+  cuda::SkinnyFusion add;
+  add.add_to_y = true;
+  EXPECT_TRUE(cuda::skinny_fusion_supports(4, 64, add, CUDA_R_16BF));
+  EXPECT_FALSE(cuda::skinny_fusion_supports(4, 64, add, CUDA_R_32F));  // the residual stream is BF16
+  cuda::SkinnyFusion norm;
+  norm.norm_weight = reinterpret_cast<const bf16*>(base);
+  EXPECT_TRUE(cuda::skinny_fusion_supports(8, 4096, norm, CUDA_R_16BF));
+  EXPECT_FALSE(cuda::skinny_fusion_supports(32, 4096, norm, CUDA_R_16BF));  // x too large to stage
+  norm.norm_weight = reinterpret_cast<const bf16*>(base + 2);
+  EXPECT_FALSE(cuda::skinny_fusion_supports(8, 4096, norm, CUDA_R_16BF));  // misaligned norm weight
+  EXPECT_FALSE(cuda::launch_skinny_gemm(reinterpret_cast<const bf16*>(base), 4, reinterpret_cast<const bf16*>(base), 8,
+                                        64, memory->get(), CUDA_R_16BF, nullptr, both)
+                   .is_ok());
 }
 
 }  // namespace

@@ -311,17 +311,20 @@ TEST_F(GpuModelTest, AProfiledPassGivesTheSameLogitsAndTimesEachComponent) {
 
 // Decode through CUDA graphs: the same model twice, graphs on and off, fed
 // the same batch; each sequence has its own slots.
+// Two models of one spec that must compute the same bits: `first` with the
+// default options, `second` with `second_options` (by default, no graphs).
 struct DecodeTwins {
   static constexpr size_t kStride = 1024;  // slots per sequence
-  GpuModel graphs, eager;
+  GpuModel first, second;
   std::vector<std::vector<int32_t>> tokens;
-  DecodeTwins(const TinyModel::Spec& spec, int batch)
-      : graphs(spec, kStride * (static_cast<size_t>(batch) + 1)),
-        eager(spec, kStride * (static_cast<size_t>(batch) + 1), [] {
-          CudaModelOptions o;
-          o.cuda_graphs = false;
-          return o;
-        }()) {}
+  DecodeTwins(const TinyModel::Spec& spec, int batch, const CudaModelOptions& second_options = eager_options())
+      : first(spec, kStride * (static_cast<size_t>(batch) + 1)),
+        second(spec, kStride * (static_cast<size_t>(batch) + 1), second_options) {}
+  static CudaModelOptions eager_options() {
+    CudaModelOptions o;
+    o.cuda_graphs = false;
+    return o;
+  }
   std::vector<SlotId> slots_of(size_t b, size_t n) const { return iota_slots(n, static_cast<SlotId>(b * kStride)); }
   // Runs one pass of `batch` (first_new per sequence) on both models; the
   // results must be the same bits. Appends each next token.
@@ -330,15 +333,15 @@ struct DecodeTwins {
     std::vector<ModelSequence> batch;
     for (size_t b = 0; b < tokens.size(); ++b) slots.push_back(slots_of(b, tokens[b].size()));
     for (size_t b = 0; b < tokens.size(); ++b) batch.push_back({tokens[b], slots[b], first_new[b]});
-    auto with = graphs.model->forward(*graphs.l1, batch, logits, hook);
-    auto without = eager.model->forward(*eager.l1, batch, logits);
-    ASSERT_TRUE(with.is_ok()) << with.status().to_string();
-    ASSERT_TRUE(without.is_ok()) << without.status().to_string();
-    ASSERT_EQ(with->next_tokens, without->next_tokens);
-    ASSERT_EQ(with->logits.size(), without->logits.size());
-    ASSERT_EQ(std::memcmp(with->logits.data(), without->logits.data(), with->logits.size() * sizeof(float)), 0)
+    auto a = first.model->forward(*first.l1, batch, logits, hook);
+    auto b = second.model->forward(*second.l1, batch, logits);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    ASSERT_EQ(a->next_tokens, b->next_tokens);
+    ASSERT_EQ(a->logits.size(), b->logits.size());
+    ASSERT_EQ(std::memcmp(a->logits.data(), b->logits.data(), a->logits.size() * sizeof(float)), 0)
         << "the logits differ in their bits";
-    for (size_t b = 0; b < tokens.size(); ++b) tokens[b].push_back(with->next_tokens[b]);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i].push_back(a->next_tokens[i]);
   }
   void decode_step(LogitsWanted logits, const BeforeLayerAttention& hook = nullptr) {
     std::vector<size_t> first_new;
@@ -356,7 +359,7 @@ TEST_F(GpuModelTest, DecodeThroughCudaGraphsGivesTheBitsOfKernelByKernel) {
   for (int batch : {1, 3, 8, 13, 24}) {
     SCOPED_TRACE(batch);
     DecodeTwins twins(spec, batch);
-    ASSERT_TRUE(twins.graphs.model && twins.eager.model && twins.graphs.l1 && twins.eager.l1);
+    ASSERT_TRUE(twins.first.model && twins.second.model && twins.first.l1 && twins.second.l1);
     for (int b = 0; b < batch; ++b)  // prompts of 247 … 250 tokens
       twins.tokens.push_back(random_tokens(250 - b % 4, spec.vocab_size, 40 + static_cast<uint32_t>(b)));
     twins.step(std::vector<size_t>(static_cast<size_t>(batch), 0), LogitsWanted::kNone);  // the prefill
@@ -366,7 +369,7 @@ TEST_F(GpuModelTest, DecodeThroughCudaGraphsGivesTheBitsOfKernelByKernel) {
       if (HasFatalFailure()) return;
     }
     EXPECT_GT(twins.tokens[0].size(), 256u + 1) << "the contexts crossed the 256-token bucket";
-    const CudaGraphStats with = twins.graphs.model->graph_stats(), without = twins.eager.model->graph_stats();
+    const CudaGraphStats with = twins.first.model->graph_stats(), without = twins.second.model->graph_stats();
     std::printf("batch %d: %llu graphs captured, %llu steps replayed, %llu dropped\n", batch,
                 static_cast<unsigned long long>(with.captured), static_cast<unsigned long long>(with.replayed),
                 static_cast<unsigned long long>(with.dropped));
@@ -377,6 +380,33 @@ TEST_F(GpuModelTest, DecodeThroughCudaGraphsGivesTheBitsOfKernelByKernel) {
   }
 }
 
+// A decode step of ≤ 8 rows runs its norms, residual adds and SiLU gate
+// inside its matrix products; every product of this model is small enough
+// that the unfused step runs it on the same skinny kernel, so fusing must not
+// change a bit: batches 1 to 8 fused, 9 past the fused size, both through
+// graphs and kernel by kernel.
+TEST_F(GpuModelTest, FusedDecodeStepsGiveTheBitsOfTheUnfusedKernels) {
+  const TinyModel::Spec spec = qwen3_like();
+  for (bool graphs : {true, false}) {
+    for (int batch : {1, 5, 8, 9}) {
+      SCOPED_TRACE(::testing::Message() << "batch " << batch << (graphs ? ", graphs" : ", kernel by kernel"));
+      CudaModelOptions fused;
+      fused.fused_decode = true;
+      fused.cuda_graphs = graphs;
+      DecodeTwins twins(spec, batch, fused);
+      ASSERT_TRUE(twins.first.model && twins.second.model && twins.first.l1 && twins.second.l1);
+      if (!graphs) twins.first.model->set_cuda_graphs(false);
+      for (int b = 0; b < batch; ++b)
+        twins.tokens.push_back(random_tokens(120 + 7 * b, spec.vocab_size, 60 + static_cast<uint32_t>(b)));
+      twins.step(std::vector<size_t>(static_cast<size_t>(batch), 0), LogitsWanted::kNone);  // the prefill
+      for (int i = 0; i < 6; ++i) {
+        twins.decode_step(i % 2 == 0 ? LogitsWanted::kLast : LogitsWanted::kNone);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 // A decode step after a larger pass has grown the scratch memory (so the
 // graphs' addresses are stale) is captured again and still gives the bits of
 // kernel by kernel; so does a step with a before_attention hook, which runs
@@ -384,26 +414,26 @@ TEST_F(GpuModelTest, DecodeThroughCudaGraphsGivesTheBitsOfKernelByKernel) {
 TEST_F(GpuModelTest, DecodeGraphsAreCapturedAgainAfterTheScratchGrows) {
   const TinyModel::Spec spec = qwen3_like();
   DecodeTwins twins(spec, 5);
-  ASSERT_TRUE(twins.graphs.model && twins.eager.model && twins.graphs.l1 && twins.eager.l1);
+  ASSERT_TRUE(twins.first.model && twins.second.model && twins.first.l1 && twins.second.l1);
   for (int b = 0; b < 4; ++b)
     twins.tokens.push_back(random_tokens(60, spec.vocab_size, 70 + static_cast<uint32_t>(b)));
   twins.step(std::vector<size_t>(4, 0), LogitsWanted::kNone);
   for (int i = 0; i < 3; ++i) ASSERT_NO_FATAL_FAILURE(twins.decode_step(LogitsWanted::kLast));
-  const CudaGraphStats before = twins.graphs.model->graph_stats();
+  const CudaGraphStats before = twins.first.model->graph_stats();
   ASSERT_GE(before.replayed, 2u);
 
   // A fifth sequence with a 900-token prompt, prefilled next to a step of
   // the four decoding ones: every activation buffer grows. Then the four
   // decode on in the same bucket as before.
-  const size_t workspace = twins.graphs.model->workspace_bytes();
+  const size_t workspace = twins.first.model->workspace_bytes();
   twins.tokens.push_back(random_tokens(900, spec.vocab_size, 80));
   ASSERT_NO_FATAL_FAILURE(twins.step({twins.tokens[0].size() - 1, twins.tokens[1].size() - 1,
                                       twins.tokens[2].size() - 1, twins.tokens[3].size() - 1, 0},
                                      LogitsWanted::kLast));
-  EXPECT_GT(twins.graphs.model->workspace_bytes(), workspace);
+  EXPECT_GT(twins.first.model->workspace_bytes(), workspace);
   twins.tokens.pop_back();
   for (int i = 0; i < 4; ++i) ASSERT_NO_FATAL_FAILURE(twins.decode_step(LogitsWanted::kLast));
-  const CudaGraphStats after = twins.graphs.model->graph_stats();
+  const CudaGraphStats after = twins.first.model->graph_stats();
   EXPECT_GE(after.dropped, before.dropped + 1) << "the stale graphs were destroyed";
   EXPECT_GT(after.captured, before.captured) << "and the bucket was captured again";
   EXPECT_GE(after.replayed, before.replayed + 2);
@@ -414,8 +444,8 @@ TEST_F(GpuModelTest, DecodeGraphsAreCapturedAgainAfterTheScratchGrows) {
     return Status::ok();
   }));
   EXPECT_EQ(calls, spec.num_layers);
-  EXPECT_EQ(twins.graphs.model->graph_stats().replayed, after.replayed) << "a step with a hook is not replayed";
-  EXPECT_EQ(twins.graphs.model->graph_stats().capture_failures, 0u);
+  EXPECT_EQ(twins.first.model->graph_stats().replayed, after.replayed) << "a step with a hook is not replayed";
+  EXPECT_EQ(twins.first.model->graph_stats().capture_failures, 0u);
 }
 
 TEST_F(GpuModelTest, ReadsAPrefixRestoredFromL2ThroughEachCodec) {

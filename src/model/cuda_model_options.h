@@ -25,6 +25,12 @@ struct CudaModelOptions {
   // cuda_graphs, through a graph); larger ones run at their own size,
   // kernel by kernel (--cuda-graph-max-bs).
   int cuda_graph_max_batch = 160;
+  // Decode steps of at most 8 rows run each layer's RMSNorms, residual adds
+  // and SiLU gate inside its matrix products (model/cuda/skinny_gemm.h), with
+  // the same bits (--enable-fused-decode). Off by default: on the H200 the
+  // fused step measured 1–6 % slower through CUDA graphs, where the small
+  // kernels it saves overlap the products anyway (docs/benchmarks.md).
+  bool fused_decode = false;
 
   // Errors (kInvalidArgument) start with the field's name.
   Status validate() const;

@@ -19,6 +19,10 @@ inline void add_cuda_graph_flags(CLI::App* app, CudaModelOptions& options) {
                   "--device cuda: the largest decode batch run at its bucket (1, 2, 4, 8, then multiples of 8) "
                   "and through a CUDA graph")
       ->capture_default_str();
+  app->add_flag_callback(
+      "--enable-fused-decode", [o] { o->fused_decode = true; },
+      "--device cuda: run a decode step's norms, residual adds and SiLU inside its matrix products instead of as "
+      "kernels of their own (same tokens; slower through CUDA graphs on the H200)");
 }
 
 // CudaModelOptions::validate(), naming the flags.

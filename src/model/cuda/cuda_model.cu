@@ -12,7 +12,10 @@
 // results back and a stream synchronisation. A profiled pass (ForwardProfile)
 // also records an event at each boundary between stages of another kind.
 // A decode batch runs at its bucket's shape and, after the bucket's first
-// step, as one launch of the bucket's CUDA graph (decode_graphs.h).
+// step, as one launch of the bucket's CUDA graph (decode_graphs.h). With
+// CudaModelOptions::fused_decode, a pass of ≤ 8 rows folds the norms, the
+// residual adds and SiLU·up into its products (skinny_gemm.h): QKV(norm(x))
+// → … → x += O proj → act = gate|up(norm(x)) gated → x += down.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -160,6 +163,11 @@ class CudaModelImpl final : public CudaModel {
   }
   Status mark(cuda::Stage stage) { return marks_.mark(stage, stream_.get()); }
   cuda::AttentionArgs attention_args(const PassShape& p) const;  // without its pointers
+  // Whether a pass of p.rows rows runs its layers' norms, residual adds and
+  // SiLU gate inside its matrix products (skinny_gemm.h): a decode-sized pass
+  // whose every product the skinny kernel takes, of a model with no output
+  // bias (which would sit between o_proj and the residual add).
+  bool fused_layers(const PassShape& p) const;
   // The steps of a pass on the stream: prepare sizes the scratch for it (and
   // binds the decode graphs to the scratch and the pool) and uploads the
   // inputs; enqueue launches the kernels, embedding to argmax — what a decode
@@ -409,6 +417,19 @@ cuda::AttentionArgs CudaModelImpl::attention_args(const PassShape& p) const {
   return a;
 }
 
+bool CudaModelImpl::fused_layers(const PassShape& p) const {
+  const ModelShape& s = shape_;
+  if (!options_.fused_decode || !gemms_.fuses(p.rows) || layers_.empty()) return false;
+  if (std::any_of(layers_.begin(), layers_.end(), [](const DeviceLayer& l) { return static_cast<bool>(l.o_bias); }))
+    return false;
+  const int q_out = s.num_heads * s.head_dim;
+  cuda::SkinnyFusion norm;
+  norm.norm_weight = static_cast<const bf16*>(layers_[0].input_norm.get());
+  // k of every product a multiple of the kernel's chunk (the rest it checks at launch).
+  return s.hidden_size % 32 == 0 && q_out % 32 == 0 && s.intermediate_size % 32 == 0 &&
+         cuda::skinny_fusion_supports(p.rows, s.hidden_size, norm, CUDA_R_16BF);
+}
+
 std::vector<const void*> CudaModelImpl::graph_addresses(DeviceKvPool& l1) const {
   std::vector<const void*> addresses;
   for (const Scratch* s : scratch()) addresses.push_back(s->memory.get());
@@ -471,17 +492,31 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
   bf16* normed = normed_.as<bf16>();
   bf16* qkv = qkv_.as<bf16>();
   bf16* delta = delta_.as<bf16>();
+  const bool fused = fused_layers(p);
+  const auto normalized_by = [&](const cuda::DeviceMemory& norm) {
+    cuda::SkinnyFusion f;
+    f.norm_weight = static_cast<const bf16*>(norm.get());
+    f.norm_eps = s.rms_norm_eps;
+    return f;
+  };
   HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
   HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(static_cast<const bf16*>(embed_.get()), token_ids, tokens, hidden, x,
                                                stream));
   for (int layer = 0; layer < s.num_layers; ++layer) {
     const DeviceLayer& w = layers_[static_cast<size_t>(layer)];
-    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
-    HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, layer == 0 ? nullptr : delta,
-                                                  static_cast<const bf16*>(w.input_norm.get()), tokens, hidden,
-                                                  s.rms_norm_eps, normed, stream));
-    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
-    HIQ_RETURN_IF_ERROR(gemm(normed, tokens, static_cast<const bf16*>(w.qkv.get()), qkv_out, hidden, qkv, CUDA_R_16BF));
+    if (fused) {
+      HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
+      HIQ_RETURN_IF_ERROR(gemms_.run_fused(x, tokens, static_cast<const bf16*>(w.qkv.get()), qkv_out, hidden, qkv,
+                                           normalized_by(w.input_norm)));
+    } else {
+      HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
+      HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, layer == 0 ? nullptr : delta,
+                                                    static_cast<const bf16*>(w.input_norm.get()), tokens, hidden,
+                                                    s.rms_norm_eps, normed, stream));
+      HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
+      HIQ_RETURN_IF_ERROR(
+          gemm(normed, tokens, static_cast<const bf16*>(w.qkv.get()), qkv_out, hidden, qkv, CUDA_R_16BF));
+    }
 
     auto* k_plane = reinterpret_cast<bf16*>(l1.plane(layer, KvPart::kK));
     auto* v_plane = reinterpret_cast<bf16*>(l1.plane(layer, KvPart::kV));
@@ -516,6 +551,22 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kAttention));
     HIQ_RETURN_IF_ERROR(cuda::launch_attention(attention, stream));
 
+    if (fused) {
+      // The residual stream takes each product as it is stored; the MLP's
+      // input is normalised and its gate applied inside the products.
+      cuda::SkinnyFusion residual;
+      residual.add_to_y = true;
+      cuda::SkinnyFusion gate = normalized_by(w.post_norm);
+      gate.silu_gate = true;
+      HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
+      HIQ_RETURN_IF_ERROR(gemms_.run_fused(attn_.as<bf16>(), tokens, static_cast<const bf16*>(w.o_proj.get()), hidden,
+                                           q_out, x, residual));
+      HIQ_RETURN_IF_ERROR(
+          gemms_.run_fused(x, tokens, static_cast<const bf16*>(w.gate_up.get()), inter, hidden, act_.as<bf16>(), gate));
+      HIQ_RETURN_IF_ERROR(gemms_.run_fused(act_.as<bf16>(), tokens, static_cast<const bf16*>(w.down.get()), hidden,
+                                           inter, x, residual));
+      continue;
+    }
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
     HIQ_RETURN_IF_ERROR(gemm(attn_.as<bf16>(), tokens, static_cast<const bf16*>(w.o_proj.get()), hidden, q_out, delta,
                              CUDA_R_16BF));
@@ -534,8 +585,8 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
         gemm(act_.as<bf16>(), tokens, static_cast<const bf16*>(w.down.get()), hidden, inter, delta, CUDA_R_16BF));
   }
   HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
-  HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, delta, static_cast<const bf16*>(final_norm_.get()), tokens, hidden,
-                                                s.rms_norm_eps, normed, stream));
+  HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, fused ? nullptr : delta, static_cast<const bf16*>(final_norm_.get()),
+                                                tokens, hidden, s.rms_norm_eps, normed, stream));
   HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(normed, rows, logit_rows, hidden, rows_.as<bf16>(), stream));
   HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kLmHead));
   HIQ_RETURN_IF_ERROR(gemm(rows_.as<bf16>(), logit_rows, static_cast<const bf16*>(lm_head_.get()), s.vocab_size,

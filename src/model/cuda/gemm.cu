@@ -101,6 +101,12 @@ Status Gemms::run(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, 
                        "cublasLtMatmul");
 }
 
+Status Gemms::run_fused(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k, __nv_bfloat16* y,
+                        const SkinnyFusion& fusion) {
+  if (m == 0) return Status::ok();
+  return launch_skinny_gemm(x, m, w, n, k, y, CUDA_R_16BF, stream_, fusion);
+}
+
 Status Gemms::gemm_ex(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k, void* y,
                       cudaDataType_t y_type) {
   const float one = 1.f, zero = 0.f;

@@ -53,6 +53,13 @@ class Gemms {
   // y[m][n] = x[m][k] · w[n][k]ᵀ; y_type CUDA_R_16BF or CUDA_R_32F.
   Status run(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k, void* y, cudaDataType_t y_type);
 
+  // The product on the skinny kernel with the steps `fusion` names fused in
+  // (skinny_gemm.h), whatever the rule above says; y BF16. fuses() says
+  // whether a pass of m rows should: none with Skinny::kNever.
+  Status run_fused(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k, __nv_bfloat16* y,
+                   const SkinnyFusion& fusion);
+  bool fuses(int m) const { return skinny_ != Skinny::kNever && m >= 1 && m <= kSkinnyRows; }
+
   // Which products the skinny kernel computes: those the rule above gives it
   // (the default), none, or every one it can take (for the benchmarks).
   enum class Skinny { kAuto, kNever, kWhereverPossible };

@@ -3,13 +3,13 @@
 
 #include "cuda/check.cuh"
 #include "model/cuda/dependent_launch.cuh"
+#include "model/cuda/layer_steps.cuh"
 #include "model/cuda/model_kernels.h"
 
 namespace hiq::cuda {
 namespace {
 
 __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -44,20 +44,18 @@ __global__ void gather_rows_kernel(const bf16* table, const int32_t* rows, int w
   }
 }
 
-// Eight BF16 values: one 16-byte access.
-struct alignas(16) Bf16x8 {
-  __nv_bfloat162 v[4];
-};
-
-// One block per row. Rows whose width is a multiple of 8 go 16 bytes at a time.
+// One block per row. Rows whose width is a multiple of 8 go 16 bytes at a
+// time, with kRmsThreads threads and the sums in layer_steps.cuh's order (the
+// decode products that normalise their own input give the same bits).
 __global__ void add_rms_norm_kernel(bf16* x, const bf16* delta, const bf16* weight, int width, float eps, bf16* out) {
   allow_dependents();  // the matrix product after it may start on its weights
   const int64_t base = static_cast<int64_t>(blockIdx.x) * width;
-  float squares = 0.f;
   if (width % 8 == 0) {
+    __shared__ float rstd[1];
+    float squares[1] = {0.f};
     auto* x8 = reinterpret_cast<Bf16x8*>(x + base);
     const auto* d8 = reinterpret_cast<const Bf16x8*>(delta + base);
-    for (int i = threadIdx.x; i < width / 8; i += blockDim.x) {
+    for (int i = threadIdx.x; i < width / 8; i += kRmsThreads) {
       Bf16x8 v = x8[i];
       if (delta != nullptr) {
         const Bf16x8 d = d8[i];
@@ -65,36 +63,34 @@ __global__ void add_rms_norm_kernel(bf16* x, const bf16* delta, const bf16* weig
                                                                    __high2float(v.v[j]) + __high2float(d.v[j]));
         x8[i] = v;
       }
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(v.v[j]);
-        squares += f.x * f.x + f.y * f.y;
-      }
+      rms_add_squares(v, squares[0]);
     }
-    const float rstd = rsqrtf(block_sum(squares) / static_cast<float>(width) + eps);
+    rms_block_sum(squares, width, eps, rstd);
     const auto* w8 = reinterpret_cast<const Bf16x8*>(weight);
     auto* o8 = reinterpret_cast<Bf16x8*>(out + base);
-    for (int i = threadIdx.x; i < width / 8; i += blockDim.x) {
+    for (int i = threadIdx.x; i < width / 8; i += kRmsThreads) {
       const Bf16x8 v = x8[i], w = w8[i];
       Bf16x8 o;
       for (int j = 0; j < 4; ++j) {
         const float2 f = __bfloat1622float2(v.v[j]), g = __bfloat1622float2(w.v[j]);
-        o.v[j] = __floats2bfloat162_rn(round_bf16(f.x * rstd) * g.x, round_bf16(f.y * rstd) * g.y);
+        o.v[j] = __floats2bfloat162_rn(rms_scale(f.x, rstd[0], g.x), rms_scale(f.y, rstd[0], g.y));
       }
       o8[i] = o;
     }
     return;
   }
+  float squares = 0.f;
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
     float v = to_float(x[base + i]);
     if (delta != nullptr) {
-      v = round_bf16(v + to_float(delta[base + i]));
+      v = round_to_bf16(v + to_float(delta[base + i]));
       x[base + i] = __float2bfloat16_rn(v);
     }
     squares += v * v;
   }
   const float rstd = rsqrtf(block_sum(squares) / static_cast<float>(width) + eps);
   for (int i = threadIdx.x; i < width; i += blockDim.x)
-    out[base + i] = __float2bfloat16_rn(round_bf16(to_float(x[base + i]) * rstd) * to_float(weight[i]));
+    out[base + i] = __float2bfloat16_rn(round_to_bf16(to_float(x[base + i]) * rstd) * to_float(weight[i]));
 }
 
 __global__ void add_bias_kernel(bf16* x, const bf16* bias, int64_t n, int width) {
@@ -126,8 +122,8 @@ __global__ void qkv_finish_kernel(QkvArgs a) {
         lo[p] = to_float(x[j]);
         hi[p] = to_float(x[j + half]);
         if (bias != nullptr) {
-          lo[p] = round_bf16(lo[p] + to_float(bias[j]));
-          hi[p] = round_bf16(hi[p] + to_float(bias[j + half]));
+          lo[p] = round_to_bf16(lo[p] + to_float(bias[j]));
+          hi[p] = round_to_bf16(hi[p] + to_float(bias[j + half]));
         }
         squares += lo[p] * lo[p] + hi[p] * hi[p];
       }
@@ -153,8 +149,8 @@ __global__ void qkv_finish_kernel(QkvArgs a) {
       for (int p = 0; p < kMaxPairsPerLane; ++p) {
         const int j = lane + 32 * p;
         if (j < half) {
-          lo[p] = round_bf16(round_bf16(lo[p] * rstd) * to_float(norm[j]));
-          hi[p] = round_bf16(round_bf16(hi[p] * rstd) * to_float(norm[j + half]));
+          lo[p] = round_to_bf16(round_to_bf16(lo[p] * rstd) * to_float(norm[j]));
+          hi[p] = round_to_bf16(round_to_bf16(hi[p] * rstd) * to_float(norm[j + half]));
         }
       }
     }
@@ -167,16 +163,14 @@ __global__ void qkv_finish_kernel(QkvArgs a) {
       // x·cos + rotate_half(x)·sin, with cos and sin in BF16 and each product
       // and sum rounded, as the reference computes it in bf16.
       const float theta = position * a.inv_freq[j];
-      const float c = round_bf16(cosf(theta) * a.rope_scale), s = round_bf16(sinf(theta) * a.rope_scale);
-      const float new_lo = round_bf16(lo[p] * c) + round_bf16(-hi[p] * s);
-      const float new_hi = round_bf16(hi[p] * c) + round_bf16(lo[p] * s);
+      const float c = round_to_bf16(cosf(theta) * a.rope_scale), s = round_to_bf16(sinf(theta) * a.rope_scale);
+      const float new_lo = round_to_bf16(lo[p] * c) + round_to_bf16(-hi[p] * s);
+      const float new_hi = round_to_bf16(hi[p] * c) + round_to_bf16(lo[p] * s);
       dst[j] = __float2bfloat16_rn(new_lo);
       dst[j + half] = __float2bfloat16_rn(new_hi);
     }
   }
 }
-
-__device__ __forceinline__ float silu_times(float g, float u) { return round_bf16(g / (1.f + expf(-g))) * u; }
 
 // Eight outputs per thread when the width is a multiple of 8, else one.
 __global__ void silu_mul_kernel(const bf16* gate_up, int64_t rows, int width, bf16* out) {
@@ -238,8 +232,7 @@ Status launch_gather_rows(const bf16* table, const int32_t* rows, int n, int wid
 Status launch_add_rms_norm(bf16* x, const bf16* delta, const bf16* weight, int rows, int width, float eps, bf16* out,
                            cudaStream_t stream) {
   if (rows == 0) return Status::ok();
-  const int per_thread = width % 8 == 0 ? 8 : 1;  // elements per access
-  const int threads = std::clamp((width / per_thread + 31) / 32 * 32, 32, 1024);
+  const int threads = width % 8 == 0 ? kRmsThreads : std::clamp((width + 31) / 32 * 32, 32, 1024);
   add_rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, delta, weight, width, eps, out);
   return cuda_status(cudaGetLastError(), "add_rms_norm_kernel");
 }

@@ -225,10 +225,79 @@ inline __m512 unpack_nibbles(const uint8_t* p) {
 }
 
 
+// The codes of 16 values under `scale`: rint(v / scale), clamped to ±7, stored + 8, packed.
+inline uint64_t int4_codes(__m512 v, __m512 scale) {
+  const __m512i q = _mm512_cvtps_epi32(_mm512_div_ps(v, scale));  // nearest even
+  const __m512i clamped = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-7)), _mm512_set1_epi32(7));
+  return pack_nibbles(_mm512_add_epi32(clamped, _mm512_set1_epi32(8)));
+}
+
+// One group of an int4 record: its scale, and its codes (clamped to ±7, stored + 8) packed.
+inline void encode_int4_group(const __m512* v, int vectors, uint8_t* codes, std::byte* record,
+                              const RecordLayout& layout, size_t group) {
+  __m512 vmax = _mm512_setzero_ps();
+  for (int i = 0; i < vectors; ++i) vmax = _mm512_max_ps(vmax, abs_ps(v[i]));
+  const uint16_t scale_bits = scale_for(_mm512_reduce_max_ps(vmax), 7.0f);
+  const __m512 scale = _mm512_set1_ps(bf16_to_float(scale_bits));
+  for (int i = 0; i < vectors; ++i) {
+    const uint64_t packed = int4_codes(v[i], scale);
+    std::memcpy(codes + 8 * i, &packed, 8);
+  }
+  store_scale(record, layout, group, scale_bits);
+}
+
+// A 128-element head's four groups (kInt4GroupSize 32) at once: the four
+// maxima reduced side by side, their scales computed in one vector as
+// scale_for does one by one (the same max, division and rounding), so the
+// groups share one dependency chain instead of four through scalar code.
+inline void encode_int4_head_128(const __m512 (&x)[8], uint8_t* codes, std::byte* record, const RecordLayout& layout,
+                                 size_t first_group) {
+  static_assert(kInt4GroupSize == 32);
+  __m512 m[4];
+  for (int g = 0; g < 4; ++g) m[g] = _mm512_max_ps(abs_ps(x[2 * g]), abs_ps(x[2 * g + 1]));
+  // Fold each m[g] into one 128-bit block (halves, then quarters), then the block's 4 lanes into each.
+  const __m512 a01 = _mm512_max_ps(_mm512_shuffle_f32x4(m[0], m[1], 0x44), _mm512_shuffle_f32x4(m[0], m[1], 0xEE));
+  const __m512 a23 = _mm512_max_ps(_mm512_shuffle_f32x4(m[2], m[3], 0x44), _mm512_shuffle_f32x4(m[2], m[3], 0xEE));
+  __m512 amax = _mm512_max_ps(_mm512_shuffle_f32x4(a01, a23, 0x88), _mm512_shuffle_f32x4(a01, a23, 0xDD));
+  amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, 0x4E));
+  amax = _mm512_max_ps(amax, _mm512_permute_ps(amax, 0xB1));  // lanes 4g … 4g + 3: group g's amax
+  // scale_for: float_to_bf16(max(amax, kMinAmax) / 7), of a positive finite value.
+  const __m512i u = _mm512_castps_si512(
+      _mm512_div_ps(_mm512_max_ps(amax, _mm512_set1_ps(kMinAmax)), _mm512_set1_ps(7.0f)));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i bits = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+  const __m512 scales = _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
+  for (int g = 0; g < 4; ++g) {
+    const __m512 scale = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * g), scales);
+    const uint64_t packed[2] = {int4_codes(x[2 * g], scale), int4_codes(x[2 * g + 1], scale)};
+    std::memcpy(codes + 16 * g, packed, 16);
+  }
+  alignas(64) uint32_t lanes[16];
+  _mm512_store_si512(lanes, bits);
+  for (int g = 0; g < 4; ++g) store_scale(record, layout, first_group + g, static_cast<uint16_t>(lanes[4 * g]));
+}
+
+// hadamard_transform_avx512 of a 128-element head held in eight vectors,
+// with the same operations in the same order, never through memory.
+inline void hadamard_128(__m512 (&x)[8]) {
+  for (__m512& v : x) v = butterfly_in_vector<8>(butterfly_in_vector<4>(butterfly_in_vector<2>(butterfly_in_vector<1>(v))));
+  for (int span = 1; span < 8; span <<= 1)
+    for (int i = 0; i < 8; i += 2 * span)
+      for (int j = i; j < i + span; ++j) {
+        const __m512 a = x[j], b = x[j + span];
+        x[j] = _mm512_add_ps(a, b);
+        x[j + span] = _mm512_sub_ps(a, b);
+      }
+  const __m512 norm = _mm512_set1_ps(hadamard_norm(128));
+  for (__m512& v : x) v = _mm512_mul_ps(v, norm);
+}
+
 template <bool kRotate>
 void encode_int4(const RecordLayout& layout, const uint16_t* row, std::byte* record, CodecStats& stats) {
   const int heads = layout.shape.num_heads, dim = layout.shape.head_dim;
   auto* payload = reinterpret_cast<uint8_t*>(record);
+  static_assert(kInt4GroupSize % 16 == 0);
+  constexpr int kGroupVectors = kInt4GroupSize / 16;
   alignas(64) float v[kMaxHeadDim];
   for (int h = 0; h < heads; ++h) {
     const uint16_t* x = row + h * dim;
@@ -243,21 +312,22 @@ void encode_int4(const RecordLayout& layout, const uint16_t* row, std::byte* rec
       mark_nan_int4_head(layout, h, record);
       continue;
     }
+    uint8_t* codes = payload + static_cast<size_t>(h) * dim / 2;
+    const size_t first_group = static_cast<size_t>(h) * layout.groups_per_head;
+    if (dim == 128) {  // Qwen3's and Llama's heads: the whole head in registers
+      __m512 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = load_bf16x16(x + 16 * i);
+      if constexpr (kRotate) hadamard_128(r);
+      encode_int4_head_128(r, codes, record, layout, first_group);
+      continue;
+    }
     for (int d = 0; d < dim; d += 16) _mm512_store_ps(v + d, load_bf16x16(x + d));
     if constexpr (kRotate) hadamard_transform_avx512(v, dim);
     for (int g = 0; g < layout.groups_per_head; ++g) {
       const int begin = g * kInt4GroupSize, end = std::min(dim, begin + kInt4GroupSize);
-      __m512 vmax = _mm512_setzero_ps();
-      for (int d = begin; d < end; d += 16) vmax = _mm512_max_ps(vmax, abs_ps(_mm512_load_ps(v + d)));
-      const uint16_t scale_bits = scale_for(_mm512_reduce_max_ps(vmax), 7.0f);
-      const __m512 scale = _mm512_set1_ps(bf16_to_float(scale_bits));
-      for (int d = begin; d < end; d += 16) {
-        const __m512i q = _mm512_cvtps_epi32(_mm512_div_ps(_mm512_load_ps(v + d), scale));  // nearest even
-        const __m512i clamped = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-7)), _mm512_set1_epi32(7));
-        const uint64_t packed = pack_nibbles(_mm512_add_epi32(clamped, _mm512_set1_epi32(8)));
-        std::memcpy(payload + (static_cast<size_t>(h) * dim + d) / 2, &packed, 8);
-      }
-      store_scale(record, layout, static_cast<size_t>(h) * layout.groups_per_head + g, scale_bits);
+      __m512 group[kGroupVectors];
+      for (int d = begin; d < end; d += 16) group[(d - begin) / 16] = _mm512_load_ps(v + d);
+      encode_int4_group(group, (end - begin) / 16, codes + begin / 2, record, layout, first_group + g);
     }
   }
   zero_tail(layout, record);

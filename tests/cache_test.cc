@@ -408,6 +408,78 @@ TEST(RadixCacheLadder, AWorkingSetBeyondRungZeroIsServedAsTheLastRungAlone) {
   EXPECT_GT(tiered.stats.backup_rung_tokens[1], 4 * tiered.stats.demoted_tokens[1]);
 }
 
+// The cache runs on the scheduler's thread, where waiting for a demotion
+// (a host thread's fraction of a second per node) would stall every
+// request. A backup at rung 0 that needs room while the demotion making it
+// is still under way goes to the last rung instead, and nothing waits.
+TEST(RadixCacheLadder, ABackupDoesNotWaitForADemotionUnderWay) {
+  const size_t prefix = 16;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  RadixCacheOptions o;
+  o.demotion_threads = 1;
+  o.demotion_watermark = 0;  // no demoting ahead: only allocations start demotions
+  // Demotions are held until the test opens the gate (or 30 s pass, so that
+  // a cache that does wait fails the test instead of hanging it).
+  o.demotion_hook = [&](Ticket) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(30), [&] { return open; });
+    return Status::ok();
+  };
+  const KvGeometry g = tiny_geometry(1);
+  const auto prefix_bytes = [&](CodecKind kind) {
+    return prefix * 2 * g.num_layers * RecordLayout::compute(kind, {1, 16}, kDefaultRecordAlign).record_bytes;
+  };
+  // Room for four prefixes at int8 and, beside them, one at int4h but not one more at int8.
+  ASSERT_LT(prefix_bytes(CodecKind::kInt4H), prefix_bytes(CodecKind::kInt8));
+  Harness h(CodecKind::kInt8, 1, /*l1_slots=*/8 * prefix, 0, o, 2, RecordOrder::kTokenMajor, {CodecKind::kInt4H},
+            4 * prefix_bytes(CodecKind::kInt8) + prefix_bytes(CodecKind::kInt4H));
+  const auto text = [&](size_t i) {
+    std::vector<TokenId> t(prefix);
+    for (size_t k = 0; k < prefix; ++k) t[k] = static_cast<TokenId>((i * 131 + k * 7) % 997);
+    return t;
+  };
+  // Four prefixes at int8, each read back once (so the tier knows its hits
+  // land within three prefixes: rung 0's band).
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(serve(h, text(i), false));
+    h.cache->drain_transfers();
+    h.cache->evict_l1(h.cache->l1_tokens());
+    if (i == 0) continue;
+    size_t restored = 0;
+    ASSERT_TRUE(serve(h, text(i - 1), true, &restored));
+    ASSERT_EQ(restored, prefix);
+    h.cache->drain_transfers();
+    h.cache->evict_l1(h.cache->l1_tokens());
+  }
+  const RadixCacheStats before = h.cache->stats();
+  ASSERT_EQ(before.backup_rung_tokens[1], 0u) << "the setup wrote at int4h already";
+  ASSERT_TRUE(h.cache->rung0_band_bytes().has_value());
+
+  // The fifth: rung 0 by the band, no room there; the oldest prefix's
+  // demotion starts and is held.
+  ASSERT_TRUE(serve(h, text(4), false));
+  h.engine->drain();
+  h.cache->poll_transfers();
+  const RadixCacheStats during = h.cache->stats();
+  EXPECT_EQ(during.demotion_waits, 0u);
+  EXPECT_EQ(during.backup_rung_tokens[1] - before.backup_rung_tokens[1], prefix) << "not written at the last rung";
+  EXPECT_EQ(h.cache->demotion_engine()->stats().jobs, 0u) << "the held demotion cannot have finished";
+  h.cache->evict_l1(h.cache->l1_tokens());
+  EXPECT_EQ(h.cache->cached_prefix(text(4)).host, prefix) << "its backup landed";
+  {
+    std::lock_guard lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  h.cache->drain_transfers();
+  EXPECT_GT(h.cache->stats().demoted_tokens[1], 0u) << "the demotion lands afterwards";
+  EXPECT_EQ(h.cache->stats().demotion_waits, 0u);
+  EXPECT_TRUE(h.cache->check_invariants().is_ok()) << h.cache->check_invariants().to_string();
+  EXPECT_TRUE(serve(h, text(4), true));  // and the last-rung copy restores
+}
+
 // ---- randomised, against the invariants and the KV itself -----------------------------
 
 struct RandomCase {

@@ -393,7 +393,11 @@ void RadixCache::maybe_backup(RadixNode* node) {
 
 void RadixCache::start_backup(RadixNode* node) {
   if (backups_stopped_) return;
-  auto slots = allocate_l2(node->size(), backup_rung(node->size()));
+  // Without a wait for a demotion under way first, at the last rung if need be; waiting only when neither can.
+  const int rung = backup_rung(node->size()), last = l2_->rungs() - 1;
+  auto slots = allocate_l2(node->size(), rung, /*may_wait=*/false);
+  if (!slots && rung != last) slots = allocate_l2(node->size(), last, /*may_wait=*/false);
+  if (!slots) slots = allocate_l2(node->size(), rung);
   if (!slots) {
     stats_.backup_skipped_tokens += node->size();
     return;
@@ -469,15 +473,15 @@ uint64_t RadixCache::band_from(uint64_t reserve) const {
   return from;
 }
 
-Result<std::vector<SlotId>> RadixCache::allocate_l2(size_t tokens, int rung) {
+Result<std::vector<SlotId>> RadixCache::allocate_l2(size_t tokens, int rung, bool may_wait) {
   HIQ_CHECK(l2_ != nullptr);
   while (true) {
     auto slots = l2_->allocate(tokens, rung);
-    if (slots || !make_l2_room(tokens, rung)) return slots;
+    if (slots || !make_l2_room(tokens, rung, may_wait)) return slots;
   }
 }
 
-bool RadixCache::make_l2_room(size_t tokens, int rung) {
+bool RadixCache::make_l2_room(size_t tokens, int rung, bool may_wait) {
   const size_t free = l2_->free_tokens(rung);
   // Past the count, the free space may be in runs too short for a token:
   // dropping anything joins some of them.
@@ -502,6 +506,13 @@ bool RadixCache::make_l2_room(size_t tokens, int rung) {
       if (demotions_.empty()) start_demotions(wanted, band);
       if (apply_finished_demotions() > 0) return true;  // an inline engine is done already
       if (evict_l2_from(short_by, last, band) > 0) return true;
+    } else if (!may_wait) {
+      // Demotions are started, not waited for (an inline engine's are done
+      // already); the last rung's least recently used go; failing those,
+      // the caller writes at the last rung instead.
+      if (demotions_.empty()) start_demotions(wanted, band);
+      if (apply_finished_demotions() > 0) return true;
+      return evict_l2_from(short_by, last, band) > 0;
     } else {
       // Outside the band, demote before any drop: a demotion under way, the
       // oldest, is waited for; else more are started; then the last rung's
@@ -510,6 +521,7 @@ bool RadixCache::make_l2_room(size_t tokens, int rung) {
       if (start_demotions(wanted, band) > 0 && settle_oldest()) return true;
       if (evict_l2_from(short_by, last, band) > 0) return true;
     }
+    if (!may_wait) return false;
     // Then the band itself, demoted before any drop. When a demotion fails,
     // fall through to dropping.
     if (!demotions_.empty() && settle_oldest()) return true;

@@ -24,9 +24,14 @@
 // rung can be demoted; the band's nodes are demoted, then dropped, only
 // when nothing outside it is left. Demotion runs ahead of need:
 // poll_transfers() starts it while less than demotion_watermark of the
-// pool is free, so an allocation rarely waits. One that needs room at once
-// waits for the oldest demotion under way, or starts more and waits for
-// the first, and drops only when none is left.
+// pool is free, so an allocation rarely waits. A backup that needs room at
+// once does not wait for a demotion under way while another way exists: at
+// rung 0 it is written at the last rung instead, where room is made by
+// dropping that rung's least recently used nodes outside the band. (A
+// demotion of a 2,048-token node takes a host thread about 0.2 s, and the
+// cache runs on the scheduler's thread: a wait stalls every request.) Only
+// when neither can be done does it wait for the oldest demotion, or start
+// more and wait for the first, and it drops only when none is left.
 //
 // Rung 0's band. Which nodes deserve rung 0 follows from where the
 // tier's hits land. Each host hit has a reuse distance: the rung-0 bytes
@@ -289,7 +294,10 @@ class RadixCache {
   size_t evict_l2(size_t tokens);
   // `tokens` L2 slots at `rung`, making room as needed: demotion first (a
   // tiered pool), then evict_l2. kResourceExhausted when nothing more can go.
-  Result<std::vector<SlotId>> allocate_l2(size_t tokens, int rung = 0);
+  // With may_wait false, a tiered pool's room is made only by what needs no
+  // wait for a demotion under way (those finished, the last rung's drops),
+  // and the allocation fails rather than wait.
+  Result<std::vector<SlotId>> allocate_l2(size_t tokens, int rung = 0, bool may_wait = true);
 
   // Applies completed transfers (backups become valid, failed ones are undone).
   void poll_transfers();
@@ -354,8 +362,9 @@ class RadixCache {
   // Starts demotions while less than demotion_watermark of the pool is free.
   void demote_ahead();
   // One step toward room for `tokens` at `rung` (settle, demote, or drop):
-  // outside rung 0's band first; false when none is possible.
-  bool make_l2_room(size_t tokens, int rung);
+  // outside rung 0's band first; false when none is possible (or, with
+  // may_wait false, none without waiting for a demotion).
+  bool make_l2_room(size_t tokens, int rung, bool may_wait);
   // The rung a backup of `tokens` is written at: 0 when it lies in rung 0's
   // band (with none known, when the room is free), else the last.
   int backup_rung(size_t tokens) const;

@@ -522,7 +522,7 @@ TEST(TensorParallelServeConfig, RefusesTensorParallelCudaAndStorageSayingTheyAre
   ServeConfig cuda = tiny_qwen3_config(2);
   cuda.device = "cuda";
   expect_error(Result<int>(cuda.validate()), StatusCode::kInvalidArgument,
-               {"tp_size 2 needs --device cpu", "multi-GPU tensor parallelism", "not built"});
+               {"tp_size 2 needs the CPU backend", "multi-GPU tensor parallelism", "not built"});
   cuda.tp_size = 1;
   EXPECT_TRUE(cuda.validate().is_ok());
   ServeConfig storage = tiny_qwen3_config(2);

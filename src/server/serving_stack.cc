@@ -59,8 +59,8 @@ Status ServeConfig::validate() const {
   if (tp_size > 1 && device == "cuda")
     return invalid_argument(
         "tp_size " + std::to_string(tp_size) +
-        " needs --device cpu: multi-GPU tensor parallelism (an all-reduce between GPUs) is not built; "
-        "the CUDA backend runs one GPU (tp_size 1)");
+        " needs the CPU backend (device cpu): multi-GPU tensor parallelism (an all-reduce between GPUs) is not "
+        "built; the CUDA backend runs on one GPU (tp_size 1)");
   HIQ_RETURN_IF_ERROR(cuda.validate());
   if (storage.backend != StorageBackendKind::kNone) {
     if (!hicache) return invalid_argument("storage needs the host tier: its blocks are L2 records");

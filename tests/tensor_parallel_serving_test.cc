@@ -208,6 +208,26 @@ TEST_P(TensorParallelServing, SharedPrefixesGetExactlyTheTokensOfTheDirectPassAn
     }
   EXPECT_GT(reused, 0u) << "prompts of a group share their prefix in L1";
   EXPECT_GT(restored, 0u) << "the second pass must restore prefixes from L2";
+  // A third pass all at once: batches of several requests, restores among them.
+  std::vector<std::shared_ptr<GenerationStream>> streams;
+  for (const std::vector<TokenId>& prompt : prompts(2)) {
+    Request r;
+    r.prompt = prompt;
+    r.max_new_tokens = kNewTokens;
+    auto stream = s.engine->submit(std::move(r));
+    ASSERT_TRUE(stream.is_ok()) << stream.status().to_string();
+    streams.push_back(std::move(*stream));
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    RequestResult r;
+    while (auto event = streams[i]->next(60s))
+      if (event->kind == GenerationEvent::Kind::kFinished) {
+        r = std::move(event->result);
+        break;
+      }
+    ASSERT_TRUE(r.status.is_ok()) << r.status.to_string();
+    EXPECT_EQ(r.output, generate_alone_tp(*s.model, prompts(2)[i], kNewTokens)) << "concurrent request " << i;
+  }
   const RadixCacheStats stats = s.cache->stats();
   EXPECT_EQ(stats.load_back_failures, 0u);
   EXPECT_GT(s.transfer->stats().load_tokens, 0u);
@@ -436,14 +456,15 @@ TEST(TensorParallelTransfer, ALayerIsReadyOnlyOnceEveryRanksPartIs) {
     changed.wait(lock, [&] { return held; });
   }
   // Rank 0's part of layer 0 is done; rank 1's is not: the layer is not ready.
-  auto ready = (*engine)->layer_ready(*load, 0);
-  ASSERT_TRUE(ready.is_ok());
-  EXPECT_FALSE(*ready);
+  // (Released before any assertion can return, or the engine would wait forever.)
+  const Result<bool> ready = (*engine)->layer_ready(*load, 0);
   {
     std::lock_guard lock(mutex);
     released = true;
   }
   changed.notify_all();
+  ASSERT_TRUE(ready.is_ok()) << ready.status().to_string();
+  EXPECT_FALSE(*ready);
   EXPECT_TRUE((*engine)->wait_layer(*load, 0).is_ok());
   EXPECT_TRUE(*(*engine)->layer_ready(*load, 0));
   EXPECT_TRUE((*engine)->wait(*load).is_ok());

@@ -4,7 +4,8 @@
 # and tensor parallelism on CUDA (not built) are refused with exit code 1 and
 # an error naming the flag or what it does not divide; a server split over 2
 # ranks starts, says so, and answers; the in-process bench over 2 ranks runs
-# its workload without a failed request and reports the size. Run on the
+# its workload without a failed request and reports the size, also with a
+# precision-tiered host tier that fills to its last rung. Run on the
 # committed tiny checkpoint (4 query heads, 2 KV heads).
 #
 # Usage: HIQ=/path/to/hiq tests/cli_tp_size_test.sh
@@ -77,4 +78,21 @@ assert out["server"]["tp_size"] == 2, out["server"]
 assert out["failed"] == 0 and out["requests"] > 0, out
 PY
 echo "ok   hiq bench serve --tp-size 2 runs its workload"
+
+# A precision-tiered host tier under 2 ranks: the workload's prompts (~900
+# tokens) overflow L2's 256, so tokens reach the int4h rung (backed up there
+# or demoted, which re-encodes every rank's records); nothing fails.
+"$HIQ" bench serve --model "$MODEL" --max-total-tokens 128 --hicache-codec tiered:int8,int4h --hicache-tokens 256 \
+  --gsp-num-groups 8 --gsp-prompts-per-group 4 --gsp-system-prompt-len 24 --gsp-question-len 4 --gsp-output-len 2 \
+  --tp-size 2 --json >"$TMP/tiered.json" 2>"$TMP/err" || fail "hiq bench serve --tp-size 2 tiered: $(cat "$TMP/err")"
+python3 - "$TMP/tiered.json" <<'PY' || fail "hiq bench serve --tp-size 2 tiered: $(cat "$TMP/tiered.json")"
+import json, sys
+out = json.load(open(sys.argv[1]))
+s = out["server"]
+assert out["failed"] == 0 and s["tp_size"] == 2, out
+assert s["load_back_failures"] == 0, s
+rung1 = s["rungs"][1]
+assert rung1["codec"] == "int4h" and rung1["backup_tokens"] + rung1["demoted_tokens"] > 0, s["rungs"]
+PY
+echo "ok   hiq bench serve --tp-size 2 with a tiered host tier"
 echo "PASS"

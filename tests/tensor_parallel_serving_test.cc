@@ -124,7 +124,7 @@ struct TpServing {
     EXPECT_TRUE(created.is_ok()) << created.status().to_string();
     model = std::move(*created);
     l1 = rank_pools(m.shape, size, l1_slots);
-    // Rank 1 (the last rank of two) writes through a pool that can fail.
+    // Rank 1 writes through a pool that can fail (off unless a test sets it).
     failing = std::make_unique<FailingPool>(*l1.pools[1]);
     l1.pools[1] = failing.get();
     HostKvPoolOptions ho;

@@ -1,14 +1,32 @@
 #include "engine/cpu_model_runner.h"
 
+#include <algorithm>
+
+#include "model/tensor_parallel.h"
 
 namespace hiq {
 
 CpuModelRunner::CpuModelRunner(const ModelShape& shape, const CpuModelWeights& weights, DeviceKvPool& l1,
                                TransferEngine* engine)
-    : shape_(shape), weights_(weights), l1_(l1), engine_(engine), start_(std::chrono::steady_clock::now()) {}
+    : shape_(shape), weights_(&weights), pools_{&l1}, engine_(engine), start_(std::chrono::steady_clock::now()) {}
+
+CpuModelRunner::CpuModelRunner(const CpuTpModel& model, std::vector<DeviceKvPool*> pools, TransferEngine* engine)
+    : shape_(model.shape()),
+      tp_(&model),
+      pools_(std::move(pools)),
+      engine_(engine),
+      start_(std::chrono::steady_clock::now()) {}
 
 double CpuModelRunner::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+Result<std::vector<float>> CpuModelRunner::logits(const ForwardItem& item, const BeforeAttention& before_attention) {
+  if (tp_ != nullptr)
+    return tp_->forward(pools_, item.tokens, item.slots, item.first_new, /*all_logits=*/item.prompt_logprobs,
+                        before_attention);
+  return cpu_forward(shape_, *weights_, *pools_.front(), item.tokens, item.slots, item.first_new,
+                     /*all_logits=*/item.prompt_logprobs, before_attention);
 }
 
 Result<std::vector<ForwardResult>> CpuModelRunner::forward(std::span<const ForwardItem> batch) {
@@ -19,12 +37,12 @@ Result<std::vector<ForwardResult>> CpuModelRunner::forward(std::span<const Forwa
     if (item.load && !engine_) return failed_precondition("forward: a restore without a transfer engine");
     if (item.prompt_logprobs && item.first_new != 0)
       return failed_precondition("forward: prompt log-probabilities need the whole prompt computed");
+    // Under tensor parallelism every rank calls this from its own thread;
+    // wait_layer is safe to call concurrently.
     const BeforeAttention wait_for_restore = [&](int layer) -> Status {
       return item.load ? engine_->wait_layer(*item.load, layer) : Status::ok();
     };
-    HIQ_ASSIGN_OR_RETURN(std::vector<float> logits,
-                         cpu_forward(shape_, weights_, l1_, item.tokens, item.slots, item.first_new,
-                                     /*all_logits=*/item.prompt_logprobs, wait_for_restore));
+    HIQ_ASSIGN_OR_RETURN(std::vector<float> logits, this->logits(item, wait_for_restore));
     // With all_logits, row i holds the logits after tokens[first_new + i].
     const std::span<const float> rows(logits);
     const std::span<const float> last = rows.last(vocab);

@@ -5,30 +5,49 @@
 // once the transfer engine reports that layer done — and the new tokens' KV is
 // written into their slots. The next token is greedy (argmax of the logits)
 // or sampled as the item asks.
+//
+// Under tensor parallelism (--tp-size N) the pass is CpuTpModel's over N rank
+// pools, one per rank, addressed by the same slots: the scheduler and the
+// radix tree allocate from rank 0's pool, and a slot they hand out is that
+// slot on every rank. A restore's layer is ready once every rank's part is
+// (the transfer engine over the ranks), and each rank waits for it before its
+// own attention. A rank that fails fails the pass, so the batch's requests.
 // Its clock is the wall clock.
 #pragma once
 
 #include <chrono>
+#include <vector>
 
 #include "engine/model_runner.h"
 #include "model/cpu_forward.h"
 
 namespace hiq {
 
+class CpuTpModel;
+
 class CpuModelRunner final : public ModelRunner {
  public:
   // `shape` and `weights` (and the memory their views point to), `l1` and
   // `engine` (null without L2) must outlive the runner.
   CpuModelRunner(const ModelShape& shape, const CpuModelWeights& weights, DeviceKvPool& l1, TransferEngine* engine);
+  // Tensor parallelism: `model` over `pools` (pools[r] is rank r's, of
+  // rank_shape(…, model.shard(r))'s KV geometry; one per rank, checked at
+  // each pass). `model`, the pools and `engine` (the transfer engine over
+  // these pools, or null) must outlive the runner.
+  CpuModelRunner(const CpuTpModel& model, std::vector<DeviceKvPool*> pools, TransferEngine* engine);
 
   Result<std::vector<ForwardResult>> forward(std::span<const ForwardItem> batch) override;
   double now() const override;
   void advance_to(double) override {}  // the wall clock cannot be moved
 
  private:
+  // The logits of one item: cpu_forward's, or the tensor-parallel pass's.
+  Result<std::vector<float>> logits(const ForwardItem& item, const BeforeAttention& before_attention);
+
   const ModelShape& shape_;
-  const CpuModelWeights& weights_;
-  DeviceKvPool& l1_;
+  const CpuModelWeights* weights_ = nullptr;  // one rank
+  const CpuTpModel* tp_ = nullptr;            // tensor parallelism
+  std::vector<DeviceKvPool*> pools_;          // one rank's pool, or every rank's
   TransferEngine* engine_;
   std::chrono::steady_clock::time_point start_;
 };

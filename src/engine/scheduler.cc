@@ -59,6 +59,10 @@ struct Scheduler::Active {
   bool resumed = false;           // retracted once: its next prefill continues its output
   size_t chunk_end = 0;           // a chunked prefill computes tokens [cached, chunk_end) this step
   bool prefill_started = false;   // an earlier chunk of its prompt ran
+  // A restore of its prefix failed: its next admission recomputes instead of
+  // restoring again, so a tier that keeps failing (a broken rank) cannot send
+  // the request back forever.
+  bool restore_failed = false;
   StorageTier::PrefetchId prefetch = 0;  // its lookup in storage, while it waits
 };
 
@@ -170,7 +174,7 @@ Scheduler::Admission Scheduler::admit(Active& a) {
   a.slots = m.l1_slots;
   a.load.reset();
   a.restored_begin = a.restored_end = a.slots.size();
-  if (m.host_tokens > 0 && m.l1_slots.size() + m.host_tokens <= usable && engine_ != nullptr) {
+  if (m.host_tokens > 0 && m.l1_slots.size() + m.host_tokens <= usable && engine_ != nullptr && !a.restore_failed) {
     auto back = cache_.load_back(m);
     if (back.is_ok()) {
       a.lock = cache_.lock(back->node);
@@ -289,7 +293,7 @@ Status Scheduler::prefill(std::vector<std::unique_ptr<Active>>& batch) {
     // Another failure is returned, or, for a server, fails the batch.
     bool restore_failed = false;
     for (auto& a : batch)
-      if (a->load && engine_ && !engine_->wait(*a->load).is_ok()) restore_failed = true;
+      if (a->load && engine_ && !engine_->wait(*a->load).is_ok()) restore_failed = a->restore_failed = true;
     if (!restore_failed && !options_.fail_requests_on_model_error) return next.status();
     for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
       Active& a = **it;

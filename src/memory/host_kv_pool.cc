@@ -77,6 +77,12 @@ HostKvPool::HostKvPool(const KvGeometry& geometry, std::vector<Rung> rungs, size
         return spans;
       }()) {}
 
+KvGeometry tp_host_geometry(const KvGeometry& rank) {
+  KvGeometry g = rank;
+  g.num_layers = rank.num_layers * rank.tp_size;
+  return g;
+}
+
 Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometry, const HostKvPoolOptions& options,
                                                      size_t l1_tokens) {
   HIQ_RETURN_IF_ERROR(geometry.validate());

@@ -27,6 +27,24 @@
 // granule, and each slot's rung (rung_of) says which layout its records
 // have: the engines group a transfer's slots by it. A pool of one codec is
 // the case of one rung whose granule is a token.
+//
+// Tensor parallelism (CPU backend). Each rank keeps its own KV heads — its
+// own L1 pool, of its rank's geometry — and its heads are backed up to and
+// restored from records of its own: a rank's record has the layout of its
+// KV heads (the same on every rank, since every rank holds as many), in the
+// one codec of the pool. All ranks' records live in ONE pool, so that one
+// radix tree and one slot allocator decide for every rank (a node's L2 slot
+// is the same number on all of them, as its L1 slots are) and the capacity
+// is computed from the bytes of every rank's records per token. The pool
+// does this without knowing about ranks: its geometry (tp_host_geometry) is
+// a rank's with tp_size × the layers, rank r's layer l being the pool's
+// layer r·L + l — rank-major, each rank's records a run of "layers" of
+// their own. Everything that walks the pool's layers (the transfer engine,
+// demotion, the storage tier) thereby covers every rank; the CPU transfer
+// engine built over the ranks' L1 pools (transfer_engine.h) maps a model
+// layer to the ranks' record layers. The alternative, a HostKvPool per rank
+// sharing one slot numbering, would need N allocators kept in lockstep and
+// N capacities to agree; one pool has neither problem.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +88,11 @@ struct HostKvPoolOptions {
 Status parse_host_codec(std::string_view spec, HostKvPoolOptions& options);
 // The spelling parse_host_codec reads back: "int8", "tiered:int8,int4h".
 std::string host_codec_name(const HostKvPoolOptions& options);
+
+// The geometry of a host pool holding every tensor-parallel rank's records
+// (see above): `rank`'s (one rank's KV heads; rank.tp_size ranks) with
+// rank.tp_size × rank.num_layers layers. `rank` itself when tp_size is 1.
+KvGeometry tp_host_geometry(const KvGeometry& rank);
 
 class HostKvPool {
  public:

@@ -153,7 +153,8 @@ struct CpuTpModel::AllReduce {
 };
 
 Status CpuTpModel::run_rank(int r, DeviceKvPool& pool, std::span<const int32_t> tokens, std::span<const SlotId> slots,
-                            size_t first_new, bool all_logits, AllReduce& reduce, std::vector<float>* logits) const {
+                            size_t first_new, bool all_logits, const BeforeAttention& before_attention,
+                            AllReduce& reduce, std::vector<float>* logits) const {
   const Rank& rank = ranks_[static_cast<size_t>(r)];
   std::vector<float> sum;
   const RankAllReduce all_reduce = [&](std::vector<float>& partial, const cpu::VectorView& bias) {
@@ -163,15 +164,15 @@ Status CpuTpModel::run_rank(int r, DeviceKvPool& pool, std::span<const int32_t> 
     return Status::ok();
   };
   HIQ_ASSIGN_OR_RETURN(std::vector<float> out,
-                       cpu_forward_rank(rank.shape, rank.weights, pool, tokens, slots, first_new, all_logits, nullptr,
-                                        all_reduce, logits != nullptr));
+                       cpu_forward_rank(rank.shape, rank.weights, pool, tokens, slots, first_new, all_logits,
+                                        before_attention, all_reduce, logits != nullptr));
   if (logits != nullptr) *logits = std::move(out);
   return Status::ok();
 }
 
 Result<std::vector<float>> CpuTpModel::forward(std::span<DeviceKvPool* const> pools, std::span<const int32_t> tokens,
-                                               std::span<const SlotId> slots, size_t first_new,
-                                               bool all_logits) const {
+                                               std::span<const SlotId> slots, size_t first_new, bool all_logits,
+                                               const BeforeAttention& before_attention) const {
   if (pools.size() != ranks_.size())
     return invalid_argument("tensor parallelism: " + std::to_string(pools.size()) + " L1 pools for " +
                             std::to_string(ranks_.size()) + " ranks");
@@ -188,10 +189,11 @@ Result<std::vector<float>> CpuTpModel::forward(std::span<DeviceKvPool* const> po
     for (int r = 1; r < size(); ++r)
       threads.emplace_back([&, r] {
         const Status status = run_rank(r, *pools[static_cast<size_t>(r)], tokens, slots, first_new, all_logits,
-                                       reduce, nullptr);
+                                       before_attention, reduce, nullptr);
         if (!status.is_ok()) reduce.fail(status);
       });
-    const Status status = run_rank(0, *pools[0], tokens, slots, first_new, all_logits, reduce, &logits);
+    const Status status =
+        run_rank(0, *pools[0], tokens, slots, first_new, all_logits, before_attention, reduce, &logits);
     if (!status.is_ok()) reduce.fail(status);
   }  // joins the other ranks
   if (!reduce.first_error.is_ok()) return reduce.first_error;

@@ -57,15 +57,21 @@ class CpuTpModel {
                                                     int size);
 
   int size() const { return static_cast<int>(ranks_.size()); }
+  // The whole model's sizes (rank_shape(shape(), shard(r)) is rank r's).
+  const ModelShape& shape() const { return shape_; }
   const TpShard& shard(int rank) const { return ranks_[static_cast<size_t>(rank)].shard; }
 
   // cpu_forward over the ranks: pools[r] is rank r's L1 pool, of
   // rank_shape(…, shard(r))'s KV geometry; tokens[0, first_new) have their KV
   // at `slots` in every pool. The logits are rank 0's (every rank computes
-  // the same). Errors: as cpu_forward's, per rank, and a pool count other
-  // than size().
+  // the same). `before_attention` is called by every rank, on its own
+  // thread, before that rank's attention of each layer reads its pool: the
+  // place to wait for a restore of that layer (it must be safe to call from
+  // several threads at once). Errors: as cpu_forward's, per rank, and a pool
+  // count other than size().
   Result<std::vector<float>> forward(std::span<DeviceKvPool* const> pools, std::span<const int32_t> tokens,
-                                     std::span<const SlotId> slots, size_t first_new, bool all_logits = false) const;
+                                     std::span<const SlotId> slots, size_t first_new, bool all_logits = false,
+                                     const BeforeAttention& before_attention = nullptr) const;
 
  private:
   struct Rank {
@@ -77,7 +83,8 @@ class CpuTpModel {
   struct AllReduce;  // the ranks' meeting point (tensor_parallel.cc)
   CpuTpModel() = default;
   Status run_rank(int rank, DeviceKvPool& pool, std::span<const int32_t> tokens, std::span<const SlotId> slots,
-                  size_t first_new, bool all_logits, AllReduce& reduce, std::vector<float>* logits) const;
+                  size_t first_new, bool all_logits, const BeforeAttention& before_attention, AllReduce& reduce,
+                  std::vector<float>* logits) const;
 
   ModelShape shape_;
   std::vector<Rank> ranks_;

@@ -9,11 +9,13 @@
 #include "core/parallel.h"
 #include "core/units.h"
 #include "engine/cpu_model_runner.h"
-#include "kv/geometry.h"
 #include "engine/cuda_model_runner.h"
+#include "kv/geometry.h"
+#include "kv/model_config.h"
 #include "memory/cuda_device_kv_pool.h"
 #include "model/cuda_model.h"
 #include "model/loaded_model.h"
+#include "model/tensor_parallel.h"
 #include "storage/storage_value.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -51,9 +53,21 @@ Status ServeConfig::validate() const {
   HIQ_RETURN_IF_ERROR(scheduler.validate());
   if (transfer_workers < 1 || transfer_workers > 256) return invalid_argument("transfer_workers must be in [1, 256]");
   if (cpu_threads < 0 || cpu_threads > 1024) return invalid_argument("cpu_threads must be in [0, 1024] (0: every core)");
+  if (tp_size < 1 || tp_size > kMaxTpSize)
+    return invalid_argument("tp_size must be in [1, " + std::to_string(kMaxTpSize) + "], got " +
+                            std::to_string(tp_size));
+  if (tp_size > 1 && device == "cuda")
+    return invalid_argument(
+        "tp_size " + std::to_string(tp_size) +
+        " needs the CPU backend (device cpu): multi-GPU tensor parallelism (an all-reduce between GPUs) is not "
+        "built; the CUDA backend runs on one GPU (tp_size 1)");
   HIQ_RETURN_IF_ERROR(cuda.validate());
   if (storage.backend != StorageBackendKind::kNone) {
     if (!hicache) return invalid_argument("storage needs the host tier: its blocks are L2 records");
+    if (tp_size > 1)
+      return invalid_argument("storage with tensor parallelism (tp_size " + std::to_string(tp_size) +
+                              ") is not built: a stored block would hold every rank's records, which no storage "
+                              "fingerprint describes yet");
     if (storage_block_tokens < 0 || storage_block_tokens % page_size != 0)
       return invalid_argument("storage_block_tokens must be 0 (by backend) or a positive multiple of page_size (" +
                               std::to_string(page_size) + "), got " + std::to_string(storage_block_tokens));
@@ -106,6 +120,19 @@ ServingStack::~ServingStack() {
   transfer_.reset();
 }
 
+namespace {
+
+// The KV geometry of one tensor-parallel rank of `m`, the one its L1 pool has.
+Result<KvGeometry> rank_geometry(const LoadedModel& m, int page_size, int tp_size) {
+  GeometryOptions options;
+  options.page_size = page_size;
+  options.tp_size = tp_size;
+  const ModelConfig& c = m.config();
+  return mha_kv_geometry(c.source, c.num_layers, c.num_kv_heads, c.head_dim, options);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c) {
   HIQ_ASSIGN_OR_RETURN(std::shared_ptr<ServingModel> model, ServingModel::load(c));
   return create(c, std::move(model));
@@ -120,15 +147,27 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
   const bool cuda = s->model_->device() == "cuda";
   if (!cuda && c.cpu_threads > 0) set_parallel_threads(c.cpu_threads);
   const size_t slots = c.max_total_tokens > 0 ? c.max_total_tokens : (cuda ? 65536 : 8192);
-  const KvGeometry geometry = m.config().kv_geometry(c.page_size);
+  KvGeometry geometry = m.config().kv_geometry(c.page_size);
+  if (c.tp_size > 1) {
+    // validate() refused CUDA. The split's error names what tp_size does not divide.
+    HIQ_ASSIGN_OR_RETURN(s->tp_model_, CpuTpModel::create(m.shape(), m.weights(), c.tp_size));
+    HIQ_ASSIGN_OR_RETURN(geometry, rank_geometry(m, c.page_size, c.tp_size));
+  }
   if (cuda) {
     HIQ_ASSIGN_OR_RETURN(s->l1_, make_cuda_device_kv_pool(geometry, slots));
   } else {
     HIQ_ASSIGN_OR_RETURN(s->l1_, make_host_memory_device_pool(geometry, slots));
+    for (int r = 1; r < c.tp_size; ++r) {
+      HIQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> pool, make_host_memory_device_pool(geometry, slots));
+      s->other_ranks_l1_.push_back(std::move(pool));
+    }
   }
+  std::vector<DeviceKvPool*> rank_pools = {s->l1_.get()};
+  for (const auto& pool : s->other_ranks_l1_) rank_pools.push_back(pool.get());
   CudaTransferEngine* cuda_transfer = nullptr;
   if (c.hicache) {
-    HIQ_ASSIGN_OR_RETURN(s->l2_, HostKvPool::create(geometry, c.host, slots));
+    // Every rank's records in one pool, its capacity from all of their bytes per token.
+    HIQ_ASSIGN_OR_RETURN(s->l2_, HostKvPool::create(tp_host_geometry(geometry), c.host, slots));
     if (s->l2_->capacity_tokens() < slots)
       log(LogLevel::kWarning, "serve",
           "the host tier holds " + std::to_string(s->l2_->capacity_tokens()) + " tokens, fewer than L1's " +
@@ -142,7 +181,7 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
       cuda_transfer = engine.get();
       s->transfer_ = std::move(engine);
     } else {
-      HIQ_ASSIGN_OR_RETURN(s->transfer_, make_cpu_transfer_engine(*s->l1_, *s->l2_, options));
+      HIQ_ASSIGN_OR_RETURN(s->transfer_, make_cpu_transfer_engine(rank_pools, *s->l2_, options));
     }
   }
   s->cache_ = std::make_unique<RadixCache>(*s->l1_, s->l2_.get(), s->transfer_.get(), c.cache);
@@ -170,6 +209,8 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
             " values), " + s->storage_->fingerprint().describe());
   }
   if (cuda) s->runner_ = std::make_unique<CudaModelRunner>(*s->model_->cuda_model(), *s->l1_, cuda_transfer);
+  else if (s->tp_model_)
+    s->runner_ = std::make_unique<CpuModelRunner>(*s->tp_model_, rank_pools, s->transfer_.get());
   else s->runner_ = std::make_unique<CpuModelRunner>(m.shape(), m.weights(), *s->l1_, s->transfer_.get());
   s->serving_ = std::make_unique<ServingEngine>(*s->cache_, *s->l1_, s->transfer_.get(), *s->runner_, c.scheduler,
                                                 s->l2_.get(), s->storage_.get());

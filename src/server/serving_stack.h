@@ -6,7 +6,13 @@
 // the tokenizer when the directory has one (tokenizer.json; otherwise the
 // server runs in token-id mode), the EOS ids and the served name. A
 // ServingStack adds the L1 pool, the L2 pool and its transfer engine, the
-// radix cache, the model runner and the serving engine thread. Stacks of
+// radix cache, the model runner and the serving engine thread.
+//
+// Tensor parallelism (tp_size > 1, CPU only): the stack splits the model over
+// tp_size ranks (CpuTpModel), gives each rank an L1 pool of its KV heads with
+// --max-total-tokens slots, and one host pool holding every rank's records
+// (memory/host_kv_pool.h); one radix tree and one scheduler decide for all
+// ranks, allocating from rank 0's pool. Stacks of
 // different cache configurations can share one ServingModel, one after the
 // other, so a benchmark loads a large checkpoint once.
 #pragma once
@@ -29,8 +35,10 @@ class Tokenizer;
 class ChatTemplate;
 class LoadedModel;
 class CudaModel;
+class CpuTpModel;
 
 struct ServeConfig {
+  static constexpr int kMaxTpSize = 256;  // tp_size's bound: a thread per rank
   std::string model_dir;            // --model: config.json, *.safetensors[, tokenizer.json]
   std::string device = "cpu";       // --device: cpu or cuda
   size_t max_total_tokens = 0;      // --max-total-tokens: L1 slots; 0: 8,192 on cpu, 65,536 on cuda
@@ -41,6 +49,7 @@ struct ServeConfig {
   SchedulerOptions scheduler;       // --max-prefill-tokens, --max-running-requests
   int transfer_workers = 2;         // CPU transfer engine threads
   int cpu_threads = 0;              // --cpu-threads: the CPU forward pass's threads (process-wide); 0: every core
+  int tp_size = 1;                  // --tp-size: tensor-parallel ranks, a thread each (cpu only; cuda: 1)
   CudaModelOptions cuda;            // --device cuda: --disable-cuda-graph, --cuda-graph-max-bs
   StorageOptions storage;           // --hicache-storage-backend, -backend-extra-config, -prefetch-policy
   int storage_block_tokens = 0;     // --hicache-storage-block-tokens: tokens per stored block, whole pages;
@@ -122,13 +131,17 @@ class ServingStack {
   // The host tier, or null without one.
   const HostKvPool* host_pool() const { return l2_.get(); }
   const std::string& device() const { return model_->device(); }
+  // Tensor-parallel ranks (1 without tensor parallelism).
+  int tp_size() const { return 1 + static_cast<int>(other_ranks_l1_.size()); }
 
  private:
   ServingStack() = default;
 
   // Declared in dependency order, destroyed in reverse.
   std::shared_ptr<const ServingModel> model_;
-  std::unique_ptr<DeviceKvPool> l1_;
+  std::unique_ptr<CpuTpModel> tp_model_;                       // tp_size > 1: the model split over the ranks
+  std::unique_ptr<DeviceKvPool> l1_;                           // rank 0's: the tree allocates its slots
+  std::vector<std::unique_ptr<DeviceKvPool>> other_ranks_l1_;  // ranks 1 … tp_size-1, the same slots
   std::unique_ptr<HostKvPool> l2_;
   std::unique_ptr<TransferEngine> transfer_;
   std::unique_ptr<RadixCache> cache_;

@@ -2,6 +2,10 @@
 //
 // Each operation becomes one task per layer, queued in order (operation by
 // operation, layer 0 first), so the first layers of a load are ready first.
+// Under tensor parallelism a layer's task moves that layer of every rank (rank
+// r's records are the host pool's layer r·L + l: memory/host_kv_pool.h), so a
+// layer is ready only once every rank's part of it is, and a rank that fails
+// fails the layer and with it the whole operation.
 // Workers run tasks outside the lock; one mutex guards the queue, the
 // operations and the counters, and one condition variable wakes waiters
 // whenever any layer finishes.
@@ -97,8 +101,8 @@ struct Operation {
 
 class CpuTransferEngine final : public TransferEngine {
  public:
-  CpuTransferEngine(DeviceKvPool& l1, HostKvPool& l2, TransferEngineOptions options)
-      : l1_(l1), l2_(l2), options_(std::move(options)) {
+  CpuTransferEngine(std::vector<DeviceKvPool*> ranks, HostKvPool& l2, TransferEngineOptions options)
+      : ranks_(std::move(ranks)), l1_(*ranks_.front()), l2_(l2), options_(std::move(options)) {
     for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { work(); });
   }
 
@@ -221,27 +225,36 @@ class CpuTransferEngine final : public TransferEngine {
       Operation& op = *task.op;
       CodecStats codec;
       if (status.is_ok() && options_.before_layer) status = options_.before_layer(op.ticket, op.kind, task.layer);
-      if (status.is_ok()) run_layer(op, task.layer, codec);
+      if (status.is_ok()) status = run_layer(op, task.layer, codec);
       finish_layer(op, task.layer, status, codec);
     }
   }
 
-  void run_layer(const Operation& op, int layer, CodecStats& codec) {
-    const int parts = l1_.geometry().rows_per_layer();
-    for (const RungGroup& g : op.groups) {
-      const auto src = std::span(op.src).subspan(g.begin, g.end - g.begin);
-      const auto dst = std::span(op.dst).subspan(g.begin, g.end - g.begin);
-      for (int p = 0; p < parts; ++p) {
-        const auto part = static_cast<KvPart>(p);
-        if (op.kind == TransferKind::kBackup) {
-          encode_rows_indexed(l2_.layout(part, g.rung), l1_.plane(layer, part), src, l2_.plane(layer, part, g.rung),
-                              dst, &codec, options_.codec_impl, l2_.record_stride(part));
-        } else {
-          decode_rows_indexed(l2_.layout(part, g.rung), l2_.plane(layer, part, g.rung), src, l1_.plane(layer, part),
-                              dst, options_.codec_impl, l2_.record_stride(part));
+  // Layer `layer` of every rank; stops at the first rank whose hook fails.
+  Status run_layer(const Operation& op, int layer, CodecStats& codec) {
+    const int parts = l1_.geometry().rows_per_layer(), layers = l1_.geometry().num_layers;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      if (options_.before_rank_layer)
+        HIQ_RETURN_IF_ERROR(options_.before_rank_layer(op.ticket, op.kind, static_cast<int>(r), layer));
+      DeviceKvPool& l1 = *ranks_[r];
+      const int record_layer = static_cast<int>(r) * layers + layer;
+      for (const RungGroup& g : op.groups) {
+        const auto src = std::span(op.src).subspan(g.begin, g.end - g.begin);
+        const auto dst = std::span(op.dst).subspan(g.begin, g.end - g.begin);
+        for (int p = 0; p < parts; ++p) {
+          const auto part = static_cast<KvPart>(p);
+          if (op.kind == TransferKind::kBackup) {
+            encode_rows_indexed(l2_.layout(part, g.rung), l1.plane(layer, part), src,
+                                l2_.plane(record_layer, part, g.rung), dst, &codec, options_.codec_impl,
+                                l2_.record_stride(part));
+          } else {
+            decode_rows_indexed(l2_.layout(part, g.rung), l2_.plane(record_layer, part, g.rung), src,
+                                l1.plane(layer, part), dst, options_.codec_impl, l2_.record_stride(part));
+          }
         }
       }
     }
+    return Status::ok();
   }
 
   void finish_layer(Operation& op, int layer, const Status& status, const CodecStats& codec) {
@@ -282,7 +295,8 @@ class CpuTransferEngine final : public TransferEngine {
     return not_found("transfer ticket " + std::to_string(ticket) + " is unknown or already acknowledged");
   }
 
-  DeviceKvPool& l1_;
+  const std::vector<DeviceKvPool*> ranks_;  // one L1 pool per tensor-parallel rank, all of the same slots
+  DeviceKvPool& l1_;                        // rank 0's: the geometry and slot count every rank shares
   HostKvPool& l2_;
   const TransferEngineOptions options_;
 
@@ -301,14 +315,40 @@ class CpuTransferEngine final : public TransferEngine {
 
 Result<std::unique_ptr<TransferEngine>> make_cpu_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
                                                                  TransferEngineOptions options) {
-  if (!l1.host_accessible()) return invalid_argument("the CPU transfer engine needs an L1 pool in host memory");
-  HIQ_RETURN_IF_ERROR(check_pools_match(l1, l2));
+  DeviceKvPool* const ranks[] = {&l1};
+  return make_cpu_transfer_engine(ranks, l2, std::move(options));
+}
+
+Result<std::unique_ptr<TransferEngine>> make_cpu_transfer_engine(std::span<DeviceKvPool* const> ranks, HostKvPool& l2,
+                                                                 TransferEngineOptions options) {
+  if (ranks.empty()) return invalid_argument("the CPU transfer engine needs at least one L1 pool");
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string which = ranks.size() > 1 ? "rank " + std::to_string(r) + "'s L1 pool" : "the L1 pool";
+    if (ranks[r] == nullptr) return invalid_argument("the CPU transfer engine: " + which + " is missing");
+    if (!ranks[r]->host_accessible())
+      return invalid_argument("the CPU transfer engine needs L1 pools in host memory, and " + which + " is not");
+    const KvGeometry &a = ranks[r]->geometry(), &b = ranks[0]->geometry();
+    if (a.num_layers != b.num_layers || a.row_shape(KvPart::kK) != b.row_shape(KvPart::kK) ||
+        a.row_shape(KvPart::kV) != b.row_shape(KvPart::kV) || ranks[r]->num_slots() != ranks[0]->num_slots())
+      return invalid_argument("the CPU transfer engine: " + which + " differs from rank 0's in KV geometry or slots");
+  }
+  if (ranks.size() == 1) {
+    HIQ_RETURN_IF_ERROR(check_pools_match(*ranks[0], l2));
+  } else {
+    // The host pool holds every rank's records: its layers are the ranks' (memory/host_kv_pool.h).
+    const KvGeometry &a = ranks[0]->geometry(), &b = l2.geometry();
+    if (int64_t{a.num_layers} * static_cast<int64_t>(ranks.size()) != b.num_layers ||
+        a.row_shape(KvPart::kK) != b.row_shape(KvPart::kK) || a.row_shape(KvPart::kV) != b.row_shape(KvPart::kV))
+      return invalid_argument("the L2 pool does not hold " + std::to_string(ranks.size()) +
+                              " ranks' records of their L1 pools' geometry (tp_host_geometry)");
+  }
   if (options.workers < 1) return invalid_argument("the transfer engine needs at least one worker");
   if (options.max_inflight < 1) return invalid_argument("max_inflight must be at least 1");
   if (!codec_impl_supported(options.codec_impl))
     return unavailable("codec implementation " + std::string(codec_impl_name(options.codec_impl)) +
                        " is not supported on this CPU");
-  return std::unique_ptr<TransferEngine>(new CpuTransferEngine(l1, l2, std::move(options)));
+  return std::unique_ptr<TransferEngine>(
+      new CpuTransferEngine(std::vector<DeviceKvPool*>(ranks.begin(), ranks.end()), l2, std::move(options)));
 }
 
 }  // namespace hiq

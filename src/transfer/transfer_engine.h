@@ -66,6 +66,10 @@ struct TransferEngineOptions {
   // the operation (fault injection), and the hook may block (to hold an
   // operation at a chosen layer). Null in production.
   std::function<Status(Ticket, TransferKind, int layer)> before_layer;
+  // Test hook of the CPU engine over several tensor-parallel ranks: called
+  // before each rank's part of each layer (after before_layer), on a worker;
+  // a non-OK status fails the operation (one rank failing). Null in production.
+  std::function<Status(Ticket, TransferKind, int rank, int layer)> before_rank_layer;
 };
 
 class TransferEngine {
@@ -121,6 +125,16 @@ uint64_t group_bytes(const HostKvPool& l2, std::span<const RungGroup> groups);
 
 // The CPU engine: L1 must be host-accessible. Both pools must outlive it.
 Result<std::unique_ptr<TransferEngine>> make_cpu_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
+                                                                 TransferEngineOptions options = {});
+// The CPU engine under tensor parallelism: ranks[r] is rank r's L1 pool (all
+// of one geometry and slot count, addressed by the same slots), and `l2`
+// holds every rank's records, rank r's layer l at the pool's layer r·L + l
+// (tp_host_geometry, memory/host_kv_pool.h). An operation names each slot
+// once and moves it on every rank; layer l is ready (wait_layer,
+// layer_ready) only once every rank's part of it is, and a rank that fails
+// fails the whole operation, whose destination then holds nothing to serve.
+// One rank is the engine above. The pools must outlive it.
+Result<std::unique_ptr<TransferEngine>> make_cpu_transfer_engine(std::span<DeviceKvPool* const> ranks, HostKvPool& l2,
                                                                  TransferEngineOptions options = {});
 
 }  // namespace hiq

@@ -115,6 +115,7 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
   const TransferStats& t = s.transfer;
   const HostKvPool* l2 = stack->host_pool();
   out["server"] = {{"device", stack->device()},
+                   {"tp_size", stack->tp_size()},
                    {"l1_slots", stack->context_tokens()},
                    {"l1_free_slots", s.l1_free_slots},
                    {"l2_codec", l2 ? l2->codec_spec() : "none"},

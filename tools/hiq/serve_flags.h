@@ -44,6 +44,7 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
                                                      {"max_prefill_tokens", "--max-prefill-tokens"},
                                                      {"max_running_requests", "--max-running-requests"},
                                                      {"cpu_threads", "--cpu-threads"},
+                                                     {"tp_size", "--tp-size"},
                                                      {"cuda_graph_max_batch", "--cuda-graph-max-bs"},
                                                      {"storage_block_tokens", "--hicache-storage-block-tokens"},
                                                      {"storage", "--hicache-storage-backend"}}));
@@ -61,6 +62,10 @@ inline void add_stack_flags(CLI::App* app, ServeFlags& flags) {
       ->capture_default_str();
   app->add_option("--page-size", f->config.page_size, "Tokens per page")->capture_default_str();
   app->add_option("--cpu-threads", f->config.cpu_threads, "--device cpu: threads of the forward pass (0: every core)")
+      ->capture_default_str();
+  app->add_option("--tp-size", f->config.tp_size,
+                  "Tensor-parallel ranks: --device cpu splits the model's heads and MLP over this many threads, each "
+                  "with its own KV pools (multi-GPU tensor parallelism is not built: cuda takes 1)")
       ->capture_default_str();
   add_cuda_graph_flags(app, f->config.cuda);
   add_host_tier_flags(app, f->host);

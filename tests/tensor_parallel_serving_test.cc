@@ -11,7 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -539,18 +541,13 @@ TEST(TensorParallelServeConfig, RefusesSizesBelowOneAndAboveTheBound) {
   EXPECT_TRUE(tiny_qwen3_config(2).validate().is_ok());
 }
 
-TEST(TensorParallelServeConfig, RefusesTensorParallelCudaAndStorageSayingTheyAreNotBuilt) {
+TEST(TensorParallelServeConfig, RefusesTensorParallelCudaSayingItIsNotBuilt) {
   ServeConfig cuda = tiny_qwen3_config(2);
   cuda.device = "cuda";
   expect_error(Result<int>(cuda.validate()), StatusCode::kInvalidArgument,
                {"tp_size 2 needs the CPU backend", "multi-GPU tensor parallelism", "not built"});
   cuda.tp_size = 1;
   EXPECT_TRUE(cuda.validate().is_ok());
-  ServeConfig storage = tiny_qwen3_config(2);
-  storage.storage.backend = StorageBackendKind::kFile;
-  storage.storage.file.path = "/nonexistent";
-  expect_error(Result<int>(storage.validate()), StatusCode::kInvalidArgument,
-               {"storage with tensor parallelism", "not built"});
 }
 
 TEST(TensorParallelServingStack, RefusesASizeTheModelCannotSplitNamingWhat) {
@@ -601,6 +598,81 @@ TEST(TensorParallelServingStack, ServesTheCommittedModelOverTheRanksWithHostCapa
     ASSERT_TRUE(result.status.is_ok()) << result.status.to_string();
     EXPECT_EQ(tokens, generate_alone_tp(**direct, prompt, 5));
   }
+}
+
+// The tokens of one request through `stack`, and how many prompt tokens the storage tier gave it.
+std::pair<std::vector<TokenId>, size_t> generate(ServingStack& stack, const std::vector<TokenId>& prompt,
+                                                 int new_tokens) {
+  Request r;
+  r.prompt = prompt;
+  r.max_new_tokens = new_tokens;
+  auto stream = stack.engine().submit(std::move(r));
+  EXPECT_TRUE(stream.is_ok()) << stream.status().to_string();
+  std::vector<TokenId> tokens;
+  if (!stream.is_ok()) return {tokens, 0};
+  while (auto event = (*stream)->next(60s)) {
+    if (event->kind == GenerationEvent::Kind::kToken) {
+      tokens.push_back(event->token);
+      continue;
+    }
+    EXPECT_TRUE(event->result.status.is_ok()) << event->result.status.to_string();
+    return {tokens, event->result.cached_storage_tokens};
+  }
+  ADD_FAILURE() << "the request did not finish";
+  return {tokens, 0};
+}
+
+// The third tier under tensor parallelism stores blocks of every rank's
+// records, as the host tier holds them. A restarted server of the same size
+// reads a prompt's whole blocks back from the file backend and generates the
+// direct pass's tokens (bf16 records: the restored KV is the computed KV);
+// a server of another size shares none of those blocks.
+TEST(TensorParallelServingStack, AStorageTierHoldsEveryRanksRecordsAcrossARestart) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("hiq_tp_storage_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+                                     "_" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  const auto config = [&](int tp_size) {
+    ServeConfig c = tiny_qwen3_config(tp_size);
+    c.host.codec = KvCodecs(CodecKind::kBf16);
+    c.host.size_bytes = 1 << 20;
+    c.storage.backend = StorageBackendKind::kFile;
+    c.storage.file.path = dir.string();
+    c.storage.file.capacity_bytes = 64 << 20;
+    c.storage.prefetch_policy = StoragePrefetchPolicy::kWaitComplete;
+    c.storage.prefetch_threshold_tokens = 16;
+    c.storage_block_tokens = 16;
+    return c;
+  };
+  std::vector<TokenId> prompt;
+  for (int i = 0; i < 100; ++i) prompt.push_back((i * 29 + 11) % 256);  // the model's vocabulary: 256
+  constexpr size_t kStoredTokens = 96;  // the prompt's whole blocks of 16, all but its last token's
+  {
+    auto first = ServingStack::create(config(2));
+    ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+    const auto [tokens, from_storage] = generate(**first, prompt, 4);
+    EXPECT_EQ(from_storage, 0u);
+    // Blocks are written after their backups, off the request's path: wait for all six.
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while ((*first)->engine().stats().storage_tier.written_blocks < kStoredTokens / 16 &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(10ms);
+    ASSERT_EQ((*first)->engine().stats().storage_tier.written_blocks, kStoredTokens / 16);
+  }
+  auto restarted = ServingStack::create(config(2));
+  ASSERT_TRUE(restarted.is_ok()) << restarted.status().to_string();
+  const LoadedModel& checkpoint = (*restarted)->model().checkpoint();
+  auto direct = CpuTpModel::create(checkpoint.shape(), checkpoint.weights(), 2);
+  ASSERT_TRUE(direct.is_ok());
+  const auto [tokens, from_storage] = generate(**restarted, prompt, 4);
+  EXPECT_EQ(from_storage, kStoredTokens);
+  EXPECT_EQ(tokens, generate_alone_tp(**direct, prompt, 4));
+  restarted->reset();
+
+  auto other_size = ServingStack::create(config(4));
+  ASSERT_TRUE(other_size.is_ok()) << other_size.status().to_string();
+  EXPECT_EQ(generate(**other_size, prompt, 1).second, 0u) << "a tp-4 server read tp-2 blocks";
+  other_size->reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

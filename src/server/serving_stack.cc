@@ -64,10 +64,6 @@ Status ServeConfig::validate() const {
   HIQ_RETURN_IF_ERROR(cuda.validate());
   if (storage.backend != StorageBackendKind::kNone) {
     if (!hicache) return invalid_argument("storage needs the host tier: its blocks are L2 records");
-    if (tp_size > 1)
-      return invalid_argument("storage with tensor parallelism (tp_size " + std::to_string(tp_size) +
-                              ") is not built: a stored block would hold every rank's records, which no storage "
-                              "fingerprint describes yet");
     if (storage_block_tokens < 0 || storage_block_tokens % page_size != 0)
       return invalid_argument("storage_block_tokens must be 0 (by backend) or a positive multiple of page_size (" +
                               std::to_string(page_size) + "), got " + std::to_string(storage_block_tokens));
@@ -197,10 +193,14 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
                                  ? c.storage_block_tokens
                                  : default_storage_block_tokens(c.storage.backend, s->l2_->bytes_per_token(),
                                                                 c.page_size);
+    // Under tensor parallelism a block holds every rank's records, as the
+    // host pool does: its fingerprint is the pool's (tp_size ranks of the
+    // rank's KV heads over tp_size × the layers), so servers of different
+    // tensor-parallel sizes never share a block.
     HIQ_ASSIGN_OR_RETURN(s->storage_,
                          StorageTier::create(*s->cache_, *s->l2_, std::move(backend),
-                                             make_storage_fingerprint(geometry, c.host.codec, c.host.record_align,
-                                                                      block_tokens, identity),
+                                             make_storage_fingerprint(tp_host_geometry(geometry), c.host.codec,
+                                                                      c.host.record_align, block_tokens, identity),
                                              options));
     log(LogLevel::kInfo, "serve",
         "storage: " + std::string(storage_backend_name(c.storage.backend)) + ", blocks of " +

@@ -78,7 +78,10 @@ struct StorageFingerprint {
 };
 
 // The fingerprint of one TP rank's KV as a HostKvPool of this geometry and
-// codec holds it, stored in pages of `block_tokens` tokens.
+// codec holds it, stored in pages of `block_tokens` tokens. A pool holding
+// every rank's records (the CPU backend's tensor parallelism, host_kv_pool.h)
+// passes its own geometry, tp_host_geometry(rank): tp_size × the layers,
+// tp_rank 0, the first of the ranks each of its blocks holds.
 StorageFingerprint make_storage_fingerprint(const KvGeometry& geometry, KvCodecs codec, size_t record_align,
                                             int block_tokens, std::string model, int tp_rank = 0);
 

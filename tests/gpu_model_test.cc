@@ -17,14 +17,15 @@
 
 #include "cache/radix_cache.h"
 #include "cuda/device.h"
-#include "gpu_test_policy.h"
 #include "engine/cpu_model_runner.h"
 #include "engine/cuda_model_runner.h"
 #include "engine/scheduler.h"
+#include "gpu_test_policy.h"
 #include "memory/cuda_device_kv_pool.h"
 #include "memory/host_kv_pool.h"
 #include "model/cuda_model.h"
 #include "model/loaded_model.h"
+#include "relative_error.h"
 #include "tiny_model.h"
 #include "transfer/cuda_transfer_engine.h"
 
@@ -40,15 +41,7 @@ class GpuModelTest : public ::testing::Test {
   }
 };
 
-// ‖a − b‖ / ‖b‖.
-double relative_error(std::span<const float> a, std::span<const float> b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    norm += double{b[i]} * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
+using testing::relative_error;
 
 std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed) {
   std::mt19937 rng(seed);

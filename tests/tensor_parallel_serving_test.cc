@@ -13,8 +13,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <condition_variable>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +29,7 @@
 #include "memory/host_kv_pool.h"
 #include "model/loaded_model.h"
 #include "model/tensor_parallel.h"
+#include "relative_error.h"
 #include "server/serving_stack.h"
 #include "tiny_model.h"
 #include "transfer/transfer_engine.h"
@@ -88,14 +89,7 @@ std::vector<TokenId> generate_alone_tp(const CpuTpModel& model, const std::vecto
   return out;
 }
 
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    norm += double{b[i]} * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
+using testing::relative_error;
 
 // A rank's L1 pool whose writes fail while `failing` is set (a failed device
 // copy on that rank); reads and the planes the transfer engine uses are the

@@ -13,6 +13,7 @@
 #include "kv/geometry.h"
 #include "model/loaded_model.h"
 #include "model/tensor_parallel.h"
+#include "relative_error.h"
 #include "tiny_model.h"
 
 namespace hiq {
@@ -133,14 +134,7 @@ std::vector<SlotId> scattered_slots(size_t n) {
   return s;
 }
 
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
-    norm += double{b[i]} * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
+using testing::relative_error;
 
 // The N-rank pass against the one-rank pass on every new token's logits. The
 // ranks round their partial sums to BF16 before adding them (a GPU rank's

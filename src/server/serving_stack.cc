@@ -109,8 +109,10 @@ Result<std::shared_ptr<ServingModel>> ServingModel::load(const ServeConfig& c) {
 }
 
 ServingStack::~ServingStack() {
-  // The engine thread first: it uses everything below.
+  // The engine thread first: it uses everything below. Then the storage
+  // tier, which unregisters itself from the cache as it goes.
   serving_.reset();
+  storage_.reset();
   runner_.reset();
   cache_.reset();
   transfer_.reset();

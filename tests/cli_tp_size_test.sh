@@ -64,8 +64,12 @@ req = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/completions", d
 with urllib.request.urlopen(req, timeout=60) as r:
     out = json.load(r)
 assert out["usage"]["completion_tokens"] == 4, out
+with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=60) as r:
+    metrics = r.read().decode()
+values = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if line and not line.startswith("#"))
+assert float(values["hiq:tp_size"]) == 2, metrics
 PY
-echo "ok   hiq serve --tp-size 2 answers"
+echo "ok   hiq serve --tp-size 2 answers, and /metrics says tp 2"
 kill "$PID" && wait "$PID" || true
 PID=""
 

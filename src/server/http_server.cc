@@ -104,6 +104,7 @@ struct HttpServer::Impl {
   Family<Gauge>* host_total = nullptr;
   Family<Gauge>* device_free = nullptr;
   Family<Gauge>* device_total = nullptr;
+  Family<Gauge>* tp_size = nullptr;
   Family<Histogram>* ttft = nullptr;
   Family<Histogram>* itl = nullptr;
   Family<Histogram>* e2e = nullptr;
@@ -178,6 +179,7 @@ struct HttpServer::Impl {
     host_total = *registry.gauge("hiq:host_capacity_tokens", "Tokens the host tier (L2) can hold at its codec");
     device_free = *registry.gauge("hiq:device_free_slots", "Free L1 slots");
     device_total = *registry.gauge("hiq:device_slots", "L1 slots");
+    tp_size = *registry.gauge("hiq:tp_size", "Tensor-parallel ranks the model runs on");
     ttft = *registry.histogram("sglang:time_to_first_token_seconds", "Time to first token", latency);
     itl = *registry.histogram("sglang:inter_token_latency_seconds", "Time between generated tokens", gaps);
     e2e = *registry.histogram("sglang:e2e_request_latency_seconds", "Request latency", latency);
@@ -244,6 +246,7 @@ struct HttpServer::Impl {
     host_total->get().set(static_cast<double>(stack.host_capacity_tokens()));
     device_free->get().set(static_cast<double>(s.l1_free_slots));
     device_total->get().set(static_cast<double>(stack.context_tokens()));
+    tp_size->get().set(static_cast<double>(stack.tp_size()));
     return registry.render();
   }
 

@@ -6,31 +6,22 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model_bench.h"
+#include "tiny_model.h"
 
 namespace hiq {
 namespace {
 
-ModelShape qwen3_8b() {
-  ModelShape s;
-  s.vocab_size = 151936;
-  s.hidden_size = 4096;
-  s.intermediate_size = 12288;
-  s.num_layers = 36;
-  s.num_heads = 32;
-  s.num_kv_heads = 8;
-  s.head_dim = 128;
-  return s;
-}
+using testing::qwen3_8b_shape;
 
 TEST(ModelBenchReport, LayerGemmFlopsCountEveryProjectionOfEveryLayer) {
   // Per layer: QKV 4096 → 4096 + 2·1024, O 4096 → 4096, gate|up 4096 → 2·12288, down 12288 → 4096.
   const double weights = 4096.0 * 6144 + 4096.0 * 4096 + 4096.0 * 24576 + 12288.0 * 4096;
-  EXPECT_DOUBLE_EQ(layer_gemm_flops(qwen3_8b(), 1), 2 * weights * 36);
-  EXPECT_DOUBLE_EQ(layer_gemm_flops(qwen3_8b(), 2048), 2048 * layer_gemm_flops(qwen3_8b(), 1));
+  EXPECT_DOUBLE_EQ(layer_gemm_flops(qwen3_8b_shape(), 1), 2 * weights * 36);
+  EXPECT_DOUBLE_EQ(layer_gemm_flops(qwen3_8b_shape(), 2048), 2048 * layer_gemm_flops(qwen3_8b_shape(), 1));
 }
 
 TEST(ModelBenchReport, AttentionFlopsCountTheVisibleTokensOfEachQuery) {
-  const ModelShape s = qwen3_8b();
+  const ModelShape s = qwen3_8b_shape();
   const double per_pair = 4.0 * 128 * 32 * 36;  // Q·Kᵀ and P·V, every query head, every layer
   // A fresh prompt: the causal triangle with its diagonal, T(T + 1)/2 pairs.
   EXPECT_DOUBLE_EQ(attention_flops(s, 2048, 2048), per_pair * 2048 * 2049 / 2);

@@ -31,6 +31,7 @@
 #include "model/tensor_parallel.h"
 #include "relative_error.h"
 #include "server/serving_stack.h"
+#include "tensor_parallel_test_util.h"
 #include "tiny_model.h"
 #include "transfer/transfer_engine.h"
 
@@ -41,30 +42,9 @@ using namespace std::chrono_literals;
 using testing::expect_error;
 using testing::TinyModel;
 
-// One rank's KV geometry: its share of the KV heads (replicated past their count).
-KvGeometry rank_geometry(const ModelShape& shape, int size) {
-  GeometryOptions o;
-  o.tp_size = size;
-  auto g = mha_kv_geometry("tiny", shape.num_layers, shape.num_kv_heads, shape.head_dim, o);
-  EXPECT_TRUE(g.is_ok()) << g.status().to_string();
-  return *g;
-}
-
-struct RankPools {
-  std::vector<std::unique_ptr<DeviceKvPool>> owned;
-  std::vector<DeviceKvPool*> pools;
-};
-
-RankPools rank_pools(const ModelShape& shape, int size, size_t slots) {
-  RankPools p;
-  for (int r = 0; r < size; ++r) {
-    auto pool = make_host_memory_device_pool(rank_geometry(shape, size), slots);
-    EXPECT_TRUE(pool.is_ok()) << pool.status().to_string();
-    p.pools.push_back(pool->get());
-    p.owned.push_back(std::move(*pool));
-  }
-  return p;
-}
+using testing::rank_geometry;
+using testing::rank_pools;
+using testing::RankPools;
 
 std::vector<SlotId> slot_range(SlotId first, size_t n) {
   std::vector<SlotId> s(n);

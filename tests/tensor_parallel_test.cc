@@ -14,6 +14,7 @@
 #include "model/loaded_model.h"
 #include "model/tensor_parallel.h"
 #include "relative_error.h"
+#include "tensor_parallel_test_util.h"
 #include "tiny_model.h"
 
 namespace hiq {
@@ -21,17 +22,9 @@ namespace {
 
 using testing::TinyModel;
 
-ModelShape qwen3_8b_shape() {
-  ModelShape s;
-  s.vocab_size = 151936;
-  s.hidden_size = 4096;
-  s.intermediate_size = 12288;
-  s.num_layers = 36;
-  s.num_heads = 32;
-  s.num_kv_heads = 8;
-  s.head_dim = 128;
-  return s;
-}
+using testing::qwen3_8b_shape;
+using testing::rank_pools;
+using testing::RankPools;
 
 TEST(TensorParallelShard, SplitsHeadsAndColumnsAndReplicatesKvHeadsPastTheirCount) {
   const ModelShape s = qwen3_8b_shape();
@@ -97,29 +90,9 @@ TEST(TensorParallelShard, RefusesSizesThatDoNotDivideTheModelNamingWhat) {
   expect_error(0, 4, "MLP");
 }
 
-// Per-rank L1 pools of the same slots.
-struct RankPools {
-  std::vector<std::unique_ptr<DeviceKvPool>> owned;
-  std::vector<DeviceKvPool*> pools;
-};
-
+// Per-rank L1 pools of the same slots, one for each of the model's ranks.
 RankPools pools_for(const CpuTpModel& model, const ModelShape& shape, size_t slots) {
-  RankPools p;
-  for (int r = 0; r < model.size(); ++r) {
-    const ModelShape rs = rank_shape(shape, model.shard(r));
-    KvGeometry g;
-    g.name = "rank";
-    g.num_layers = rs.num_layers;
-    g.num_kv_heads = rs.num_kv_heads;
-    g.k_head_dim = g.v_head_dim = rs.head_dim;
-    g.tp_size = model.size();
-    g.total_kv_heads = shape.num_kv_heads;
-    auto pool = make_host_memory_device_pool(g, slots);
-    EXPECT_TRUE(pool.is_ok()) << pool.status().to_string();
-    p.pools.push_back(pool->get());
-    p.owned.push_back(std::move(*pool));
-  }
-  return p;
+  return rank_pools(shape, model.size(), slots);
 }
 
 std::vector<int32_t> prompt(size_t n, int vocab) {

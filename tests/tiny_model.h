@@ -127,4 +127,17 @@ struct TinyModel {
   }
 };
 
+// Qwen3-8B's shape (no weights): for tests of sizes, splits and counts.
+inline ModelShape qwen3_8b_shape() {
+  ModelShape s;
+  s.vocab_size = 151936;
+  s.hidden_size = 4096;
+  s.intermediate_size = 12288;
+  s.num_layers = 36;
+  s.num_heads = 32;
+  s.num_kv_heads = 8;
+  s.head_dim = 128;
+  return s;
+}
+
 }  // namespace hiq::testing

@@ -500,19 +500,14 @@ bool RadixCache::make_l2_room(size_t tokens, int rung, bool may_wait) {
     // Rung 0's band (a walk of the tree: only when room is still wanted),
     // the allocation itself counted in it when at rung 0.
     const uint64_t band = band_from(rung == 0 ? uint64_t{tokens} * l2_->bytes_per_token(0) : 0);
-    if (rung == last) {
-      // Outside the band (backup_rung): demotion is started but not waited
-      // for; the least recently used nodes at the last rung make the room now.
+    if (rung == last || !may_wait) {
+      // Outside the band (backup_rung), or with no wait allowed: demotion is
+      // started but not waited for; the least recently used nodes at the
+      // last rung make the room now. (Failing those, a backup that may not
+      // wait is written at the last rung instead: start_backup.)
       if (demotions_.empty()) start_demotions(wanted, band);
       if (apply_finished_demotions() > 0) return true;  // an inline engine is done already
       if (evict_l2_from(short_by, last, band) > 0) return true;
-    } else if (!may_wait) {
-      // Demotions are started, not waited for (an inline engine's are done
-      // already); the last rung's least recently used go; failing those,
-      // the caller writes at the last rung instead.
-      if (demotions_.empty()) start_demotions(wanted, band);
-      if (apply_finished_demotions() > 0) return true;
-      return evict_l2_from(short_by, last, band) > 0;
     } else {
       // Outside the band, demote before any drop: a demotion under way, the
       // oldest, is waited for; else more are started; then the last rung's

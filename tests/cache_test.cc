@@ -480,6 +480,73 @@ TEST(RadixCacheLadder, ABackupDoesNotWaitForADemotionUnderWay) {
   EXPECT_TRUE(serve(h, text(4), true));  // and the last-rung copy restores
 }
 
+// The storage tier reads the L2 slots a backup hands it as rung-0 records,
+// on a worker thread. Write-back backs a parent up after its children, so
+// the paths it hands over run down into them; a child already demoted holds
+// another rung's records, and one under demotion has records a demotion
+// thread is rewriting in place. Neither may be handed over (kNoSlot).
+TEST(RadixCacheLadder, ABackupHandsStorageOnlyRungZeroRecordsOfItsDescendants) {
+  for (const bool held : {false, true}) {
+    SCOPED_TRACE(held ? "child under demotion" : "child demoted");
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false;
+    RadixCacheOptions o;
+    o.write_policy = WritePolicy::kWriteBack;
+    o.demotion_threads = held ? 1 : 0;
+    o.demotion_watermark = 1.0;  // demote every host-only node ahead
+    if (held)
+      o.demotion_hook = [&](Ticket) {
+        std::unique_lock lock(mu);
+        cv.wait_for(lock, std::chrono::seconds(30), [&] { return open; });
+        return Status::ok();
+      };
+    Harness h(CodecKind::kInt8, 1, /*l1_slots=*/64, /*l2_slots=*/256, o, 2, RecordOrder::kTokenMajor,
+              {CodecKind::kInt4H});
+    std::vector<TokenId> handed_tokens;
+    std::vector<SlotId> handed_slots;
+    h.cache->set_backup_listener([&](std::span<const TokenId> tokens, std::span<const SlotId> slots) {
+      ASSERT_EQ(tokens.size(), slots.size());
+      handed_tokens.assign(tokens.begin(), tokens.end());
+      handed_slots.assign(slots.begin(), slots.end());
+    });
+    std::vector<TokenId> text(16);
+    for (size_t k = 0; k < text.size(); ++k) text[k] = static_cast<TokenId>(k * 7 + 3);
+    const std::span<const TokenId> parent = std::span<const TokenId>(text).first(8);
+    ASSERT_TRUE(serve(h, parent, false));
+    ASSERT_TRUE(serve(h, text, false));
+    // The child alone leaves L1 (backed up on the way), then is demoted.
+    ASSERT_EQ(h.cache->evict_l1(8), 8u);
+    const std::vector<TokenId> child_path = handed_tokens;
+    ASSERT_EQ(child_path.size(), text.size());
+    h.cache->poll_transfers();
+    if (!held) {
+      h.cache->drain_transfers();
+      ASSERT_EQ(h.cache->stats().demoted_tokens[1], 8u);
+    }
+    // The parent leaves L1 now; its backup hands over the path through the child.
+    handed_tokens.clear();
+    ASSERT_EQ(h.cache->evict_l1(8), 8u);
+    ASSERT_EQ(handed_tokens, child_path);
+    for (size_t t = 0; t < handed_slots.size(); ++t) {
+      if (t < parent.size()) {
+        ASSERT_NE(handed_slots[t], RadixCache::kNoSlot) << "the parent's own backup is at rung 0";
+        EXPECT_EQ(h.l2->rung_of(handed_slots[t]), 0) << "token " << t;
+      } else {
+        EXPECT_EQ(handed_slots[t], RadixCache::kNoSlot) << "token " << t << " of the demoted child";
+      }
+    }
+    {
+      std::lock_guard lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+    h.cache->drain_transfers();
+    EXPECT_TRUE(h.cache->check_invariants().is_ok()) << h.cache->check_invariants().to_string();
+    EXPECT_TRUE(serve(h, text, true));  // and both come back, the child from int4h
+  }
+}
+
 // ---- randomised, against the invariants and the KV itself -----------------------------
 
 struct RandomCase {

@@ -854,27 +854,26 @@ void RadixCache::settle(RadixNode* n, bool ok) {
   n->transfer = NodeTransfer::kNone;
 }
 
+void RadixCache::append_node(const RadixNode* node, std::vector<TokenId>& tokens, std::vector<SlotId>& slots) const {
+  tokens.insert(tokens.end(), node->key.begin(), node->key.end());
+  // Storage holds rung-0 records; a node below rung 0 has none, and one under
+  // demotion has records a demotion thread is rewriting in place.
+  const bool rung0 =
+      node->in_l2() && node->transfer != NodeTransfer::kDemote && l2_->rung_of(node->l2.front()) == 0;
+  if (rung0) slots.insert(slots.end(), node->l2.begin(), node->l2.end());
+  else slots.insert(slots.end(), node->size(), kNoSlot);
+}
+
 void RadixCache::append_path(const RadixNode* node, std::vector<TokenId>& tokens, std::vector<SlotId>& slots) const {
   std::vector<const RadixNode*> path;
   for (const RadixNode* n = node; n != root_.get(); n = n->parent) path.push_back(n);
-  for (auto it = path.rbegin(); it != path.rend(); ++it) {
-    const RadixNode* n = *it;
-    tokens.insert(tokens.end(), n->key.begin(), n->key.end());
-    // Storage holds rung-0 records; a node below rung 0 or being demoted has none.
-    const bool rung0 = n->in_l2() && n->transfer != NodeTransfer::kDemote && l2_->rung_of(n->l2.front()) == 0;
-    if (rung0) slots.insert(slots.end(), n->l2.begin(), n->l2.end());
-    else slots.insert(slots.end(), n->size(), kNoSlot);
-  }
+  for (auto it = path.rbegin(); it != path.rend(); ++it) append_node(*it, tokens, slots);
 }
 
 void RadixCache::notify_backup(const RadixNode* node) {
   std::vector<TokenId> tokens;
   std::vector<SlotId> slots;
   append_path(node, tokens, slots);
-  const auto append = [&](const RadixNode* n) {
-    tokens.insert(tokens.end(), n->key.begin(), n->key.end());
-    slots.insert(slots.end(), n->l2.begin(), n->l2.end());
-  };
   // Blocks may run on into descendants already in L2 (write-back backs up a
   // node after its children): hand over every path down through them.
   const auto down = [&](const auto& self, const RadixNode* n) -> void {
@@ -882,7 +881,7 @@ void RadixCache::notify_backup(const RadixNode* node) {
     for (const auto& [page, child] : n->children) {
       if (!child->in_l2()) continue;
       deeper = true;
-      append(child.get());
+      append_node(child.get(), tokens, slots);
       self(self, child.get());
       tokens.resize(tokens.size() - child->size());
       slots.resize(slots.size() - child->size());

@@ -345,6 +345,9 @@ class RadixCache {
   // Appends the tokens and L2 slots (kNoSlot where none) of the path from
   // the root down to `node`.
   void append_path(const RadixNode* node, std::vector<TokenId>& tokens, std::vector<SlotId>& slots) const;
+  // Appends one node's tokens and the L2 slots storage may read: its rung-0
+  // records, kNoSlot where it has none or a demotion is rewriting them.
+  void append_node(const RadixNode* node, std::vector<TokenId>& tokens, std::vector<SlotId>& slots) const;
   // evict_l1 without waiting for any transfer.
   size_t evict_l1_settled(size_t tokens);
   Result<std::vector<SlotId>> allocate_l1(size_t tokens);

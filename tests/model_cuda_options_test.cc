@@ -1,6 +1,7 @@
 // The shapes a decode batch is computed at on the GPU, and the options that
-// choose them (model/cuda_model_options.h). The graphs themselves are tested
-// on the GPU (gpu_model_test.cc).
+// choose them (model/cuda_model_options.h), and a tensor-parallel model's
+// placement. The graphs and the ranks themselves are tested on the GPU
+// (gpu_model_test.cc, gpu_tp_model_test.cc).
 #include <gtest/gtest.h>
 
 #include <utility>
@@ -39,6 +40,40 @@ TEST(CudaModelOptions, ValidateNamesTheField) {
       << o.validate().message();
   o.cuda_graph_max_batch = 1025;
   EXPECT_FALSE(o.validate().is_ok());
+}
+
+TEST(CudaTpOptions, PlacesRankROnGpuRUnlessToldAndNamesWhatIsWrong) {
+  CudaTpOptions o;
+  EXPECT_TRUE(o.validate(4).is_ok());
+  EXPECT_EQ(o.device(3), 3);
+  o.devices = {2, 3};
+  EXPECT_TRUE(o.validate(2).is_ok());
+  EXPECT_EQ(o.device(1), 3);
+  const Status count = o.validate(4);
+  EXPECT_EQ(count.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(count.message(), "devices: 2 GPUs listed for 4 ranks");
+  o.devices = {0, -1};
+  EXPECT_EQ(o.validate(2).message(), "devices: rank 1's GPU is negative");
+  // One GPU for every rank: the peer collective's test setup, which NCCL refuses.
+  o.devices = {0, 0};
+  const Status shared = o.validate(2);
+  EXPECT_EQ(shared.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(shared.message().starts_with("devices: ranks 0 and 1 share GPU 0")) << shared.message();
+  o.collective = TpCollective::kPeer;
+  EXPECT_TRUE(o.validate(2).is_ok());
+  EXPECT_EQ(CudaTpOptions{}.validate(0).code(), StatusCode::kInvalidArgument);
+  o.model.cuda_graph_max_batch = 0;
+  EXPECT_TRUE(o.validate(2).message().starts_with("cuda_graph_max_batch")) << o.validate(2).message();
+}
+
+TEST(CudaTpOptions, CollectivesHaveNames) {
+  for (TpCollective c : {TpCollective::kNccl, TpCollective::kPeer}) {
+    auto parsed = parse_tp_collective(tp_collective_name(c));
+    ASSERT_TRUE(parsed.is_ok());
+    EXPECT_EQ(*parsed, c);
+  }
+  EXPECT_EQ(parse_tp_collective("mpi").status().message(),
+            "tensor-parallel collective must be nccl or peer, got 'mpi'");
 }
 
 }  // namespace

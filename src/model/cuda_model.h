@@ -72,7 +72,8 @@ struct ForwardProfile {
   double norm_elementwise_seconds = 0;  // embedding and row gathers, RMSNorms, QKV finish (bias,
                                         // q/k-norm, RoPE, KV into L1), SiLU·up, the O bias
   double lm_head_seconds = 0;           // the LM head's product and the argmax
-  double other_seconds = 0;             // the input copy, waits for restores, the results' copy
+  double other_seconds = 0;             // the input copy, waits for restores, the ranks' all-reduces
+                                        // (tensor parallelism), the results' copy
   double total_seconds() const {
     return gemm_seconds + attention_seconds + norm_elementwise_seconds + lm_head_seconds + other_seconds;
   }
@@ -114,10 +115,23 @@ class CudaModel {
   virtual size_t workspace_bytes() const = 0;
 };
 
+// One tensor-parallel rank's meeting with the others (model/cuda_tp_model.h):
+// replaces `partial` — `elements` BF16 values on the model's device, this
+// rank's share of a row-parallel product (o_proj, down_proj) — by the sum of
+// every rank's, enqueued on `stream`. Every rank calls it at the same points
+// of a pass, in the same order; an error ends the pass.
+using RowParallelReduce = std::function<Status(void* partial, size_t elements, void* stream)>;
+
 // Uploads `weights` (which must match `shape`: check_weights) to the current
 // GPU. Errors: invalid `options`, no GPU or no CUDA backend (kUnavailable), a
 // head_dim the attention kernel is not built for, or not enough device memory.
+// With `reduce`, the model is one rank of a tensor-parallel split (`shape`
+// and `weights` its share): each layer's o_proj and down_proj products go
+// through it before they join the residual stream. Such a pass runs kernel
+// by kernel (no decode graphs, no fused decode products), since the meeting
+// is the host's.
 Result<std::unique_ptr<CudaModel>> make_cuda_model(const ModelShape& shape, const CpuModelWeights& weights,
-                                                   const CudaModelOptions& options = {});
+                                                   const CudaModelOptions& options = {},
+                                                   RowParallelReduce reduce = nullptr);
 
 }  // namespace hiq

@@ -17,6 +17,34 @@ Status CudaModelOptions::validate() const {
   return Status::ok();
 }
 
+std::string_view tp_collective_name(TpCollective collective) {
+  return collective == TpCollective::kNccl ? "nccl" : "peer";
+}
+
+Result<TpCollective> parse_tp_collective(std::string_view name) {
+  if (name == "nccl") return TpCollective::kNccl;
+  if (name == "peer") return TpCollective::kPeer;
+  return invalid_argument("tensor-parallel collective must be nccl or peer, got '" + std::string(name) + "'");
+}
+
+Status CudaTpOptions::validate(int size) const {
+  HIQ_RETURN_IF_ERROR(model.validate());
+  if (size < 1) return invalid_argument("tp_size must be at least 1, got " + std::to_string(size));
+  if (!devices.empty() && devices.size() != static_cast<size_t>(size))
+    return invalid_argument("devices: " + std::to_string(devices.size()) + " GPUs listed for " +
+                            std::to_string(size) + " ranks");
+  for (int r = 0; r < size; ++r) {
+    if (device(r) < 0) return invalid_argument("devices: rank " + std::to_string(r) + "'s GPU is negative");
+    if (collective != TpCollective::kNccl) continue;
+    for (int q = 0; q < r; ++q)
+      if (device(q) == device(r))
+        return invalid_argument("devices: ranks " + std::to_string(q) + " and " + std::to_string(r) +
+                                " share GPU " + std::to_string(device(r)) +
+                                ", which NCCL refuses (the peer collective allows it)");
+  }
+  return Status::ok();
+}
+
 int decode_batch_bucket(int batch, int max_batch) {
   if (batch < 1 || batch > max_batch) return 0;
   const int bucket = batch <= 8 ? static_cast<int>(std::bit_ceil(static_cast<unsigned>(batch))) : (batch + 7) / 8 * 8;

@@ -13,6 +13,10 @@
 // changes the speed, never the tokens.
 #pragma once
 
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
 #include "core/status.h"
 
 namespace hiq {
@@ -34,6 +38,30 @@ struct CudaModelOptions {
 
   // Errors (kInvalidArgument) start with the field's name.
   Status validate() const;
+};
+
+// How the ranks of a tensor-parallel model on GPUs (model/cuda_tp_model.h)
+// add up their row-parallel products.
+enum class TpCollective : uint8_t {
+  kNccl,  // ncclAllReduce (BF16 sum over NCCL's rings or trees); one distinct GPU per rank
+  kPeer,  // ours: every rank adds all partials in rank order in FP32 and rounds once;
+          // ranks on one GPU, or on GPUs with peer access to each other
+};
+std::string_view tp_collective_name(TpCollective collective);  // "nccl", "peer"
+Result<TpCollective> parse_tp_collective(std::string_view name);
+
+struct CudaTpOptions {
+  // devices[r] is rank r's GPU; empty: rank r on GPU r. kPeer allows a GPU
+  // to repeat (every rank on one GPU is how the tests run it); kNccl does not.
+  std::vector<int> devices;
+  TpCollective collective = TpCollective::kNccl;
+  CudaModelOptions model;  // every rank's (decode graphs and fused products are off under TP)
+
+  // Errors (kInvalidArgument) name the field: a device list of another
+  // length than `size`, a negative device, or a GPU repeated under kNccl.
+  Status validate(int size) const;
+  // Rank r's GPU.
+  int device(int rank) const { return devices.empty() ? rank : devices[static_cast<size_t>(rank)]; }
 };
 
 // The rows a decode batch of `batch` sequences is computed at: 1, 2, 4, 8,

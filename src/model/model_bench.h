@@ -97,6 +97,46 @@ double attention_flops(const ModelShape& shape, int64_t q_len, int64_t kv_len);
 // as `..._s` in "components"), with tokens/s and the components' TFLOP/s.
 std::string to_json(const ModelBenchReport& report);
 
+// `hiq bench model --tp-size N`: the model split over N ranks
+// (model/cuda_tp_model.h). Its prefill and decode rows (as above: the median
+// of whole forward calls; decode steps kernel by kernel, as a rank runs
+// them) are each set against the whole model on one GPU in the same run,
+// where it fits there (its decode through CUDA graphs unless they are off:
+// our best one-GPU step). The collective is also timed alone at each row's
+// size — a layer sums two products of rows × hidden BF16 values — and
+// reported as nccl-tests does: algorithm bandwidth (bytes / time) and bus
+// bandwidth (2(N − 1)/N of it), next to a copy between the first two
+// ranks' GPUs (one GPU: within it) measured in the same run.
+struct TpBenchReport {
+  int tp_size = 0;
+  TpCollective collective = TpCollective::kNccl;
+  std::vector<int> devices;       // rank r's GPU
+  std::vector<std::string> gpus;  // its name
+  size_t weight_bytes = 0;        // every rank's together
+  double peer_copy_bytes_per_s = 0;  // bytes copied per second, rank 0's GPU to rank 1's
+  struct Row {
+    bool decode = false;
+    int tokens = 0;   // prefill: the prompt; decode: the batch
+    int context = 0;  // decode: each sequence's context
+    double seconds = 0;             // a pass (prefill) or a step (decode), split over the ranks
+    size_t all_reduce_bytes = 0;    // one sum's: rows × hidden × 2
+    double all_reduce_seconds = 0;  // the collective alone at that size (median)
+    int all_reduces = 0;            // per pass: two a layer
+    double one_gpu_seconds = 0;     // the whole model on one GPU; 0 when it did not fit
+  };
+  std::vector<Row> rows;
+  std::string one_gpu_note;  // why there is no one-GPU reference, when there is none
+};
+
+std::string to_json(const TpBenchReport& report);
+
+// Needs tp_size usable GPUs (or one, with the peer collective and every
+// rank placed on it); the restore rows of `options` are not run.
+Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelShape& shape,
+                                         const CpuModelWeights& weights, int tp_size, const CudaTpOptions& tp,
+                                         const ModelBenchOptions& options,
+                                         const std::function<void(size_t, size_t)>& progress = nullptr);
+
 // Needs a CUDA GPU (kUnavailable otherwise). `progress(done, total)` after each
 // measurement; may be null.
 Result<ModelBenchReport> run_model_bench(const ModelConfig& config, const ModelShape& shape,

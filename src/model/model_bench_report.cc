@@ -77,4 +77,34 @@ std::string to_json(const ModelBenchReport& r) {
   return out.dump(2);
 }
 
+std::string to_json(const TpBenchReport& r) {
+  const double n = r.tp_size;
+  nlohmann::json out = {{"tp_size", r.tp_size},
+                        {"collective", std::string(tp_collective_name(r.collective))},
+                        {"devices", r.devices},
+                        {"gpus", r.gpus},
+                        {"weight_bytes", r.weight_bytes},
+                        {"peer_copy_bytes_per_s", r.peer_copy_bytes_per_s},
+                        {"one_gpu_note", r.one_gpu_note},
+                        {"rows", nlohmann::json::array()}};
+  for (const auto& row : r.rows) {
+    const double algbw = row.all_reduce_seconds > 0 ? static_cast<double>(row.all_reduce_bytes) / row.all_reduce_seconds : 0.0;
+    out["rows"].push_back({{"kind", row.decode ? "decode" : "prefill"},
+                           {"tokens", row.tokens},
+                           {"context", row.context},
+                           {"seconds", row.seconds},
+                           {"one_gpu_seconds", row.one_gpu_seconds > 0 ? nlohmann::json(row.one_gpu_seconds) : nullptr},
+                           {"speedup", row.one_gpu_seconds > 0 ? nlohmann::json(row.one_gpu_seconds / row.seconds)
+                                                               : nullptr},
+                           {"all_reduce",
+                            {{"bytes", row.all_reduce_bytes},
+                             {"seconds", row.all_reduce_seconds},
+                             {"per_pass", row.all_reduces},
+                             {"share_of_pass", row.all_reduces * row.all_reduce_seconds / row.seconds},
+                             {"algbw_bytes_per_s", algbw},
+                             {"busbw_bytes_per_s", algbw * 2 * (n - 1) / n}}}});
+  }
+  return out.dump(2);
+}
+
 }  // namespace hiq

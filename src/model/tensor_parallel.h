@@ -60,6 +60,10 @@ class CpuTpModel {
   // The whole model's sizes (rank_shape(shape(), shard(r)) is rank r's).
   const ModelShape& shape() const { return shape_; }
   const TpShard& shard(int rank) const { return ranks_[static_cast<size_t>(rank)].shard; }
+  // Rank `rank`'s sizes and weights (views of the whole model's, its o_proj
+  // and down_proj columns copied): what a GPU rank uploads.
+  const ModelShape& shard_shape(int rank) const { return ranks_[static_cast<size_t>(rank)].shape; }
+  const CpuModelWeights& shard_weights(int rank) const { return ranks_[static_cast<size_t>(rank)].weights; }
 
   // cpu_forward over the ranks: pools[r] is rank r's L1 pool, of
   // rank_shape(…, shard(r))'s KV geometry; tokens[0, first_new) have their KV

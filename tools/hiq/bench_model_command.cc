@@ -1,13 +1,16 @@
 // `hiq bench model --model DIR`: the CUDA forward pass — prefill tokens/s,
 // decode step time against its memory-bound floor, the device time of each
 // by component, and prompts on a prefix restored from L2 through each codec
-// against recomputing them (model/model_bench.h says what each figure is).
+// against recomputing them (model/model_bench.h says what each figure is);
+// with --tp-size N, the model split over N GPUs against one.
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 
+#include "core/units.h"
 #include "model/loaded_model.h"
+#include "model/cuda_tp_model.h"
 #include "model/model_bench.h"
 #include "tools/hiq/commands.h"
 #include "tools/hiq/cuda_graph_flags.h"
@@ -27,6 +30,9 @@ struct ModelBenchFlags {
   int restore_prefix = 1920;
   double seconds = 1.0;
   CudaModelOptions cuda;
+  int tp_size = 1;
+  std::string tp_collective = "nccl";
+  std::string tp_devices;  // empty: rank r on GPU r
   bool json = false;
 };
 
@@ -55,18 +61,74 @@ Result<ModelBenchOptions> build_options(const ModelBenchFlags& f) {
 
 std::string ms(double seconds) { return format_fixed(seconds * 1e3, 2); }
 
+Result<CudaTpOptions> build_tp_options(const ModelBenchFlags& f) {
+  CudaTpOptions tp;
+  HIQ_ASSIGN_OR_RETURN(tp.collective, parse_tp_collective(f.tp_collective));
+  if (!f.tp_devices.empty()) {
+    // A sequence (rank r's GPU): repeats are data, which validate() judges.
+    HIQ_ASSIGN_OR_RETURN(tp.devices, parse_list_flag_as<int>(
+                                         f.tp_devices, "--tp-devices",
+                                         [](const std::string& item) -> Result<int> {
+                                           HIQ_ASSIGN_OR_RETURN(const int64_t d, parse_integer_item(item, 0, 1023));
+                                           return static_cast<int>(d);
+                                         },
+                                         ListRepeats::kAllow));
+  }
+  tp.model = f.cuda;
+  HIQ_RETURN_IF_ERROR(tp.validate(f.tp_size));
+  return tp;
+}
+
+// The split model's rows against one GPU's, and the collective alone (model/model_bench.h).
+int print_tp_report(const TpBenchReport& r, bool json) {
+  if (json) {
+    std::cout << to_json(r) << '\n';
+    return 0;
+  }
+  std::cout << "tp " << r.tp_size << " over GPUs";
+  for (size_t i = 0; i < r.devices.size(); ++i) std::cout << (i ? ", " : " ") << r.devices[i] << " (" << r.gpus[i] << ")";
+  std::cout << "; collective " << tp_collective_name(r.collective) << "; weights "
+            << format_fixed(static_cast<double>(r.weight_bytes) / 1e9, 2) << " GB in all; copy GPU " << r.devices[0]
+            << " → " << r.devices[r.devices.size() > 1 ? 1 : 0] << " " << format_fixed(r.peer_copy_bytes_per_s / 1e9, 1)
+            << " GB/s\n";
+  if (!r.one_gpu_note.empty()) std::cout << r.one_gpu_note << '\n';
+  std::cout << '\n';
+  Table rows({"pass", "tp ms", "one GPU ms", "speedup", "all-reduce bytes", "all-reduce us", "busbw GB/s",
+              "all-reduces / pass", "share of pass"});
+  const double n = r.tp_size;
+  for (const auto& row : r.rows) {
+    const std::string pass = row.decode ? "decode " + std::to_string(row.tokens) + " x " + std::to_string(row.context)
+                                        : "prefill " + std::to_string(row.tokens);
+    const double busbw = static_cast<double>(row.all_reduce_bytes) / row.all_reduce_seconds * 2 * (n - 1) / n;
+    rows.add_row({pass, ms(row.seconds), row.one_gpu_seconds > 0 ? ms(row.one_gpu_seconds) : "-",
+                  row.one_gpu_seconds > 0 ? format_fixed(row.one_gpu_seconds / row.seconds, 2) + "x" : "-",
+                  format_bytes(row.all_reduce_bytes), format_fixed(row.all_reduce_seconds * 1e6, 1),
+                  format_fixed(busbw / 1e9, 1), std::to_string(row.all_reduces),
+                  format_fixed(100 * row.all_reduces * row.all_reduce_seconds / row.seconds, 1) + " %"});
+  }
+  rows.print(std::cout);
+  return 0;
+}
+
 int run_model_bench_command(const ModelBenchFlags& f) {
   auto options = build_options(f);
   if (!options) return report_error("bench model", options.status());
+  auto tp = build_tp_options(f);
+  if (!tp) return report_error("bench model", tp.status());
   auto model = LoadedModel::load(f.model);
   if (!model) return report_error("bench model", model.status());
   const bool tty = isatty(STDERR_FILENO) != 0;
-  auto report = run_model_bench((*model)->config(), (*model)->shape(), (*model)->weights(), *options,
-                                [&](size_t done, size_t total) {
-                                  std::fprintf(stderr, tty ? "\rhiq bench model: %zu/%zu" : "hiq bench model: %zu/%zu\n",
-                                               done, total);
-                                  if (tty && done == total) std::fputc('\n', stderr);
-                                });
+  const auto progress = [&](size_t done, size_t total) {
+    std::fprintf(stderr, tty ? "\rhiq bench model: %zu/%zu" : "hiq bench model: %zu/%zu\n", done, total);
+    if (tty && done == total) std::fputc('\n', stderr);
+  };
+  if (f.tp_size > 1) {
+    auto split = run_tp_model_bench((*model)->config(), (*model)->shape(), (*model)->weights(), f.tp_size, *tp,
+                                    *options, progress);
+    if (!split) return report_error("bench model", split.status());
+    return print_tp_report(*split, f.json);
+  }
+  auto report = run_model_bench((*model)->config(), (*model)->shape(), (*model)->weights(), *options, progress);
   if (!report) return report_error("bench model", report.status());
   const ModelBenchReport& r = *report;
 
@@ -136,6 +198,14 @@ std::function<int()> add_bench_model_command(CLI::App& bench) {
   app->add_option("--restore-prefix", f->restore_prefix, "Of which restored from L2")->capture_default_str();
   app->add_option("--seconds", f->seconds, "Repeat each measurement about this long")->capture_default_str();
   add_cuda_graph_flags(app, f->cuda);
+  app->add_option("--tp-size", f->tp_size,
+                  "Tensor-parallel ranks, one thread and GPU each; above 1 the rows are set against one GPU "
+                  "(restore rows are not run)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8));
+  app->add_option("--tp-collective", f->tp_collective, "How the ranks sum: nccl, or peer (ours; ranks may share a GPU)")
+      ->capture_default_str();
+  app->add_option("--tp-devices", f->tp_devices, "Comma-separated GPU of each rank (default: rank r on GPU r)");
   app->add_flag("--json", f->json, "Print JSON");
   return [f, app] { return app->parsed() ? run_model_bench_command(*f) : -1; };
 }

@@ -4,11 +4,26 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 
 #include "cuda/check.cuh"
 
 namespace hiq::cuda {
+
+std::vector<int32_t> random_prompt(size_t n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = pick(rng);
+  return t;
+}
+
+std::vector<uint32_t> slot_range(size_t n, size_t first) {
+  std::vector<uint32_t> s(n);
+  std::iota(s.begin(), s.end(), static_cast<uint32_t>(first));
+  return s;
+}
 
 Result<DeviceMemory> random_device_bf16(size_t n, uint32_t seed, float stddev, const char* what) {
   std::mt19937 rng(seed);

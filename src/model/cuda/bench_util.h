@@ -1,6 +1,7 @@
 // model/cuda/bench_util.h (internal to the CUDA model) — what the kernel
 // benchmarks (`hiq bench attention`, `hiq bench gemm`) share: random device
-// inputs, a median time by CUDA events, results back as floats.
+// inputs, a median time by CUDA events, results back as floats; and what
+// `hiq bench model` needs besides (prompts, slot ranges).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,6 +25,11 @@ Result<DeviceMemory> random_device_bf16(size_t n, uint32_t seed, float stddev, c
 // host clock around a synchronisation would not resolve.
 Result<double> median_event_seconds(const std::function<Status(int)>& call, int per_batch, double budget,
                               cudaStream_t stream);
+
+// n token ids drawn uniformly from [0, vocab) (seeded): a benchmark's prompt.
+std::vector<int32_t> random_prompt(size_t n, int vocab, uint32_t seed);
+// The L1 slots first, first + 1, …, first + n − 1.
+std::vector<uint32_t> slot_range(size_t n, size_t first);
 
 // ‖a − b‖ / ‖b‖ (‖a − b‖ when b is all zeros).
 double relative_error(const std::vector<float>& a, const std::vector<float>& b);

@@ -141,7 +141,7 @@ PassLayout layout_of(const PassShape& p, size_t context) {
 class CudaModelImpl final : public CudaModel {
  public:
   static Result<std::unique_ptr<CudaModel>> create(const ModelShape& shape, const CpuModelWeights& weights,
-                                                   const CudaModelOptions& options);
+                                                   const CudaModelOptions& options, RowParallelReduce reduce);
 
   Result<ModelOutput> forward(DeviceKvPool& l1, std::span<const ModelSequence> batch, LogitsWanted logits,
                               const BeforeLayerAttention& before_attention, ForwardProfile* profile) override;
@@ -150,7 +150,7 @@ class CudaModelImpl final : public CudaModel {
   size_t weight_bytes() const override { return weight_bytes_; }
   size_t workspace_bytes() const override;
   void set_cuda_graphs(bool enabled) override {
-    graphs_on_ = enabled;
+    graphs_on_ = enabled && !reduce_;
     if (!enabled) graphs_.drop();
   }
   CudaGraphStats graph_stats() const override { return graphs_.stats(); }
@@ -184,8 +184,17 @@ class CudaModelImpl final : public CudaModel {
   // Every address a decode graph holds that can move: the scratch, the pool's planes.
   std::vector<const void*> graph_addresses(DeviceKvPool& l1) const;
 
+  // Sums a row-parallel product over the ranks in place (none: one rank);
+  // a profile charges it to kOther.
+  Status reduce(bf16* partial, int rows) {
+    if (!reduce_) return Status::ok();
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kOther));
+    return reduce_(partial, static_cast<size_t>(rows) * static_cast<size_t>(shape_.hidden_size), stream_.get());
+  }
+
   ModelShape shape_;
   CudaModelOptions options_;
+  RowParallelReduce reduce_;
   int multiprocessors_ = 0;
   cuda::Stream stream_;
   cuda::DeviceMemory cublas_workspace_;
@@ -204,7 +213,7 @@ class CudaModelImpl final : public CudaModel {
 };
 
 Result<std::unique_ptr<CudaModel>> CudaModelImpl::create(const ModelShape& shape, const CpuModelWeights& weights,
-                                                         const CudaModelOptions& options) {
+                                                         const CudaModelOptions& options, RowParallelReduce reduce) {
   HIQ_RETURN_IF_ERROR(options.validate());
   HIQ_RETURN_IF_ERROR(check_weights(shape, weights));
   if (!cuda::attention_head_dim_supported(shape.head_dim))
@@ -214,7 +223,9 @@ Result<std::unique_ptr<CudaModel>> CudaModelImpl::create(const ModelShape& shape
   auto model = std::unique_ptr<CudaModelImpl>(new CudaModelImpl());
   model->shape_ = shape;
   model->options_ = options;
-  model->graphs_on_ = options.cuda_graphs;
+  model->reduce_ = std::move(reduce);
+  // A tensor-parallel rank meets the others on the host between kernels: no graph can hold that.
+  model->graphs_on_ = options.cuda_graphs && !model->reduce_;
   int device = 0;
   HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   HIQ_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&model->multiprocessors_, cudaDevAttrMultiProcessorCount, device));
@@ -419,7 +430,7 @@ cuda::AttentionArgs CudaModelImpl::attention_args(const PassShape& p) const {
 
 bool CudaModelImpl::fused_layers(const PassShape& p) const {
   const ModelShape& s = shape_;
-  if (!options_.fused_decode || !gemms_.fuses(p.rows) || layers_.empty()) return false;
+  if (!options_.fused_decode || reduce_ || !gemms_.fuses(p.rows) || layers_.empty()) return false;
   if (std::any_of(layers_.begin(), layers_.end(), [](const DeviceLayer& l) { return static_cast<bool>(l.o_bias); }))
     return false;
   const int q_out = s.num_heads * s.head_dim;
@@ -570,6 +581,7 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
     HIQ_RETURN_IF_ERROR(gemm(attn_.as<bf16>(), tokens, static_cast<const bf16*>(w.o_proj.get()), hidden, q_out, delta,
                              CUDA_R_16BF));
+    HIQ_RETURN_IF_ERROR(reduce(delta, tokens));
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
     if (w.o_bias) HIQ_RETURN_IF_ERROR(cuda::launch_add_bias(delta, static_cast<const bf16*>(w.o_bias.get()), tokens,
                                                             hidden, stream));
@@ -583,6 +595,7 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
     HIQ_RETURN_IF_ERROR(
         gemm(act_.as<bf16>(), tokens, static_cast<const bf16*>(w.down.get()), hidden, inter, delta, CUDA_R_16BF));
+    HIQ_RETURN_IF_ERROR(reduce(delta, tokens));
   }
   HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
   HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, fused ? nullptr : delta, static_cast<const bf16*>(final_norm_.get()),
@@ -611,8 +624,8 @@ Status CudaModelImpl::download(LogitsWanted logits, int logit_rows) {
 }  // namespace
 
 Result<std::unique_ptr<CudaModel>> make_cuda_model(const ModelShape& shape, const CpuModelWeights& weights,
-                                                   const CudaModelOptions& options) {
-  return CudaModelImpl::create(shape, weights, options);
+                                                   const CudaModelOptions& options, RowParallelReduce reduce) {
+  return CudaModelImpl::create(shape, weights, options, std::move(reduce));
 }
 
 }  // namespace hiq

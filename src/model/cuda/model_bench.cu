@@ -18,19 +18,8 @@
 namespace hiq {
 namespace {
 
-std::vector<int32_t> random_prompt(size_t n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = pick(rng);
-  return t;
-}
-
-std::vector<SlotId> slot_range(size_t n, size_t first) {
-  std::vector<SlotId> s(n);
-  std::iota(s.begin(), s.end(), static_cast<SlotId>(first));
-  return s;
-}
+using cuda::random_prompt;
+using cuda::slot_range;
 
 // Bytes read plus bytes written per second by a large device-to-device copy.
 Result<double> device_copy_bandwidth(double budget) {

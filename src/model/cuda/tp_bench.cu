@@ -1,0 +1,201 @@
+// `hiq bench model --tp-size N` (model/model_bench.h): the tensor-parallel
+// model's rows, the same rows on one GPU, and the collective alone.
+#include <algorithm>
+#include <functional>
+
+#include "core/median_time.h"
+#include "cuda/buffers.h"
+#include "cuda/check.cuh"
+#include "cuda/device.h"
+#include "kv/geometry.h"
+#include "kv/model_config.h"
+#include "memory/cuda_device_kv_pool.h"
+#include "model/cuda/bench_util.h"
+#include "model/cuda_model.h"
+#include "model/cuda_tp_model.h"
+#include "model/model_bench.h"
+
+namespace hiq {
+namespace {
+
+using cuda::random_prompt;
+using cuda::slot_range;
+
+// One forward call over the batch (the TP model's or the one-GPU model's).
+using Forward = std::function<Result<ModelOutput>(std::span<const ModelSequence>)>;
+
+constexpr int kDecodeHeadroom = 256;  // decode steps a measurement may take (median_seconds: ≤ 201)
+
+size_t slots_needed(const ModelBenchOptions& o) {
+  size_t slots = 1;
+  for (int n : o.prefill_tokens) slots = std::max(slots, static_cast<size_t>(n));
+  for (int b : o.decode_batches)
+    slots = std::max(slots, static_cast<size_t>(b) * static_cast<size_t>(o.decode_context + kDecodeHeadroom));
+  return slots;
+}
+
+Result<double> time_prefill(const Forward& forward, int vocab, int tokens, double budget) {
+  const std::vector<int32_t> prompt = random_prompt(static_cast<size_t>(tokens), vocab, 1);
+  const std::vector<SlotId> slots = slot_range(prompt.size(), 0);
+  const ModelSequence seq{prompt, slots, 0};
+  return median_seconds(budget, [&] { return forward(std::span(&seq, 1)).status(); });
+}
+
+// A decode step of `batch` sequences at `context` tokens each, from the same
+// prefilled contexts every time.
+Result<double> time_decode(const Forward& forward, int vocab, int batch, int context, double budget) {
+  const size_t stride = static_cast<size_t>(context + kDecodeHeadroom);
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<SlotId>> slots;
+  for (int b = 0; b < batch; ++b) {
+    tokens.push_back(random_prompt(static_cast<size_t>(context), vocab, 100 + static_cast<uint32_t>(b)));
+    slots.push_back(slot_range(stride, static_cast<size_t>(b) * stride));
+  }
+  std::vector<ModelSequence> sequences;
+  for (int b = 0; b < batch; b += 4) {  // a few contexts at a time
+    sequences.clear();
+    for (int i = b; i < std::min(batch, b + 4); ++i)
+      sequences.push_back({tokens[i], std::span(slots[i]).first(tokens[i].size()), 0});
+    HIQ_ASSIGN_OR_RETURN(const ModelOutput out, forward(sequences));
+    for (int i = b; i < std::min(batch, b + 4); ++i) tokens[i].push_back(out.next_tokens[i - b]);
+  }
+  return median_seconds(std::min(budget, 1.0), [&]() -> Status {
+    if (tokens[0].size() >= stride) return failed_precondition("bench model: decode ran out of slots");
+    sequences.clear();
+    for (int b = 0; b < batch; ++b)
+      sequences.push_back({tokens[b], std::span(slots[b]).first(tokens[b].size()), tokens[b].size() - 1});
+    HIQ_ASSIGN_OR_RETURN(const ModelOutput out, forward(sequences));
+    for (int b = 0; b < batch; ++b) tokens[b].push_back(out.next_tokens[b]);
+    return Status::ok();
+  });
+}
+
+// Every row's time through `forward`, in the report's order.
+Result<std::vector<double>> time_rows(const Forward& forward, const ModelShape& shape, const ModelBenchOptions& o,
+                                      const std::function<void()>& tick) {
+  std::vector<double> seconds;
+  for (int n : o.prefill_tokens) {
+    HIQ_ASSIGN_OR_RETURN(const double s, time_prefill(forward, shape.vocab_size, n, o.seconds_per_measurement));
+    seconds.push_back(s);
+    tick();
+  }
+  for (int b : o.decode_batches) {
+    HIQ_ASSIGN_OR_RETURN(const double s,
+                         time_decode(forward, shape.vocab_size, b, o.decode_context, o.seconds_per_measurement));
+    seconds.push_back(s);
+    tick();
+  }
+  return seconds;
+}
+
+// Bytes per second of a 256 MiB copy from device `from` to device `to`.
+Result<double> copy_bandwidth(int from, int to, double budget) {
+  constexpr size_t kBytes = size_t{256} << 20;
+  HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(from));
+  HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory source, cuda::device_alloc(kBytes, "copy source"));
+  HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(to));
+  HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory target, cuda::device_alloc(kBytes, "copy target"));
+  HIQ_ASSIGN_OR_RETURN(const double seconds, median_seconds(budget, [&]() -> Status {
+    HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyPeer(target.get(), to, source.get(), from, kBytes));
+    return cuda::cuda_status(cudaDeviceSynchronize(), "peer copy");
+  }));
+  return static_cast<double>(kBytes) / seconds;
+}
+
+}  // namespace
+
+Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelShape& shape,
+                                         const CpuModelWeights& weights, int tp_size, const CudaTpOptions& tp,
+                                         const ModelBenchOptions& o,
+                                         const std::function<void(size_t, size_t)>& progress) {
+  HIQ_ASSIGN_OR_RETURN(const std::vector<cuda::GpuInfo> gpus, cuda::query_gpus());
+  int current = 0;
+  HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  const size_t row_count = o.prefill_tokens.size() + o.decode_batches.size();
+  size_t done = 0;
+  const auto tick = [&] {
+    if (progress) progress(++done, 2 * row_count);
+  };
+
+  TpBenchReport report;
+  report.tp_size = tp_size;
+  report.collective = tp.collective;
+  for (int n : o.prefill_tokens) report.rows.push_back({false, n, 0});
+  for (int b : o.decode_batches) report.rows.push_back({true, b, o.decode_context});
+  {
+    HIQ_ASSIGN_OR_RETURN(std::unique_ptr<CudaTpModel> model, make_cuda_tp_model(shape, weights, tp_size, tp));
+    report.weight_bytes = model->weight_bytes();
+    for (int r = 0; r < tp_size; ++r) {
+      report.devices.push_back(model->device(r));
+      report.gpus.push_back(gpus.at(static_cast<size_t>(model->device(r))).name);
+    }
+    const int second = tp_size > 1 ? model->device(1) : model->device(0);
+    HIQ_ASSIGN_OR_RETURN(report.peer_copy_bytes_per_s,
+                         copy_bandwidth(model->device(0), second, o.seconds_per_measurement));
+
+    // Each rank's pool on its GPU, and a buffer per rank for the collective alone.
+    const size_t slots = slots_needed(o);
+    std::vector<std::unique_ptr<DeviceKvPool>> owned;
+    std::vector<DeviceKvPool*> pools;
+    std::vector<cuda::DeviceMemory> sums;
+    std::vector<void*> sum_pointers;
+    size_t most_rows = 1;
+    for (int n : o.prefill_tokens) most_rows = std::max(most_rows, static_cast<size_t>(n));
+    for (int b : o.decode_batches) most_rows = std::max(most_rows, static_cast<size_t>(b));
+    GeometryOptions geometry;
+    geometry.tp_size = tp_size;
+    HIQ_ASSIGN_OR_RETURN(const KvGeometry rank_geometry,
+                         mha_kv_geometry(config.source, config.num_layers, config.num_kv_heads, config.head_dim,
+                                         geometry));
+    for (int r = 0; r < tp_size; ++r) {
+      HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(model->device(r)));
+      HIQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> pool, make_cuda_device_kv_pool(rank_geometry, slots));
+      pools.push_back(pool.get());
+      owned.push_back(std::move(pool));
+      const size_t bytes = most_rows * static_cast<size_t>(shape.hidden_size) * 2;
+      HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory sum, cuda::device_alloc(bytes, "all-reduce"));
+      HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(sum.get(), 0, bytes));
+      sum_pointers.push_back(sum.get());
+      sums.push_back(std::move(sum));
+    }
+    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
+    const Forward forward = [&](std::span<const ModelSequence> batch) {
+      return model->forward(pools, batch, LogitsWanted::kNone);
+    };
+    HIQ_ASSIGN_OR_RETURN(const std::vector<double> seconds, time_rows(forward, shape, o, tick));
+    for (size_t i = 0; i < report.rows.size(); ++i) {
+      TpBenchReport::Row& row = report.rows[i];
+      row.seconds = seconds[i];
+      const size_t elements = static_cast<size_t>(row.tokens) * static_cast<size_t>(shape.hidden_size);
+      row.all_reduce_bytes = elements * 2;
+      row.all_reduces = 2 * shape.num_layers;
+      HIQ_ASSIGN_OR_RETURN(row.all_reduce_seconds, median_seconds(o.seconds_per_measurement, [&] {
+        return model->all_reduce(sum_pointers, elements);
+      }));
+    }
+  }  // the split model and its pools go before the whole one comes
+
+  // The whole model on the first rank's GPU, where it fits.
+  HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(tp.device(0)));
+  auto one = make_cuda_model(shape, weights, o.cuda);
+  Result<std::unique_ptr<DeviceKvPool>> l1 =
+      one ? make_cuda_device_kv_pool(config.kv_geometry(), slots_needed(o))
+          : Result<std::unique_ptr<DeviceKvPool>>(one.status());
+  if (one && l1) {
+    const Forward forward = [&](std::span<const ModelSequence> batch) {
+      return (*one)->forward(**l1, batch, LogitsWanted::kNone);
+    };
+    auto seconds = time_rows(forward, shape, o, tick);
+    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
+    HIQ_RETURN_IF_ERROR(seconds.status());
+    for (size_t i = 0; i < report.rows.size(); ++i) report.rows[i].one_gpu_seconds = (*seconds)[i];
+  } else {
+    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
+    const Status why = one ? l1.status() : one.status();
+    if (why.code() != StatusCode::kResourceExhausted) return why;
+    report.one_gpu_note = "the whole model does not fit one GPU: " + why.message();
+  }
+  return report;
+}
+
+}  // namespace hiq

@@ -1,0 +1,234 @@
+// Tensor parallelism on GPUs (model/cuda_tp_model.h): the ranks' pass
+// against the CPU's tensor-parallel pass and the one-rank GPU pass, its
+// determinism, and failures on one rank that must neither hang the others
+// nor outlive the pass. Every rank runs on GPU 0 through the peer
+// collective, so one GPU runs all of it; NCCL's ranks need two GPUs.
+// Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <numeric>
+#include <random>
+
+#include "gpu_test_policy.h"
+#include "memory/cuda_device_kv_pool.h"
+#include "model/cuda_model.h"
+#include "model/cuda_tp_model.h"
+#include "model/tensor_parallel.h"
+#include "relative_error.h"
+#include "tensor_parallel_test_util.h"
+#include "tiny_model.h"
+
+namespace hiq {
+namespace {
+
+using testing::relative_error;
+using testing::TinyModel;
+
+class GpuTpModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override { HIQ_SKIP_OR_FAIL_WITHOUT_GPU(); }
+};
+
+// Eight query heads over two KV heads, head_dim 128: two ranks split the KV
+// heads, four and eight replicate them.
+TinyModel::Spec qwen3_like() {
+  TinyModel::Spec spec;
+  spec.vocab_size = 512;
+  spec.hidden_size = 256;
+  spec.intermediate_size = 512;
+  spec.num_layers = 2;
+  spec.num_heads = 8;
+  spec.num_kv_heads = 2;
+  spec.head_dim = 128;
+  spec.bf16_values = true;
+  return spec;
+}
+
+std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = pick(rng);
+  return t;
+}
+
+std::vector<SlotId> iota_slots(size_t n, SlotId first = 0) {
+  std::vector<SlotId> s(n);
+  std::iota(s.begin(), s.end(), first);
+  return s;
+}
+
+// Every rank on GPU 0, through the peer collective.
+CudaTpOptions on_one_gpu(int size) {
+  CudaTpOptions o;
+  o.devices.assign(static_cast<size_t>(size), 0);
+  o.collective = TpCollective::kPeer;
+  return o;
+}
+
+// Rank pools in GPU memory (on each rank's GPU), of the ranks' geometry.
+struct GpuRankPools {
+  std::vector<std::unique_ptr<DeviceKvPool>> owned;
+  std::vector<DeviceKvPool*> pools;
+};
+
+GpuRankPools gpu_rank_pools(const CudaTpModel& model, size_t slots) {
+  GpuRankPools p;
+  int current = 0;
+  EXPECT_EQ(cudaGetDevice(&current), cudaSuccess);
+  for (int r = 0; r < model.size(); ++r) {
+    EXPECT_EQ(cudaSetDevice(model.device(r)), cudaSuccess);
+    auto pool = make_cuda_device_kv_pool(testing::rank_geometry(model.shape(), model.size()), slots);
+    EXPECT_TRUE(pool.is_ok()) << pool.status().to_string();
+    if (!pool) break;
+    p.pools.push_back(pool->get());
+    p.owned.push_back(std::move(*pool));
+  }
+  EXPECT_EQ(cudaSetDevice(current), cudaSuccess);
+  return p;
+}
+
+Result<ModelOutput> prefill(CudaTpModel& model, std::span<DeviceKvPool* const> pools, std::span<const int32_t> tokens,
+                            std::span<const SlotId> slots, size_t first_new = 0,
+                            const BeforeRankAttention& hook = nullptr) {
+  const ModelSequence seq{tokens, slots, first_new};
+  return model.forward(pools, std::span(&seq, 1), LogitsWanted::kAll, hook);
+}
+
+TEST_F(GpuTpModelTest, RanksOnOneGpuMatchTheCpuSplitAndTheOneRankPass) {
+  const TinyModel tiny(qwen3_like());
+  const std::vector<int32_t> tokens = random_tokens(300, tiny.spec.vocab_size, 1);
+  const std::vector<SlotId> slots = iota_slots(tokens.size(), 100);
+  auto one = make_cuda_model(tiny.shape, tiny.weights);
+  ASSERT_TRUE(one.is_ok()) << one.status().to_string();
+  auto one_l1 = make_cuda_device_kv_pool(TinyModel::geometry_of(tiny.spec), 512);
+  ASSERT_TRUE(one_l1.is_ok());
+  const ModelSequence seq{tokens, slots, 0};
+  auto whole = (*one)->forward(**one_l1, std::span(&seq, 1), LogitsWanted::kAll);
+  ASSERT_TRUE(whole.is_ok()) << whole.status().to_string();
+
+  for (int size : {2, 4, 8}) {
+    SCOPED_TRACE("tp_size " + std::to_string(size));
+    auto model = make_cuda_tp_model(tiny.shape, tiny.weights, size, on_one_gpu(size));
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    EXPECT_EQ((*model)->rank_shape(0).num_heads, 8 / size);
+    EXPECT_EQ((*model)->rank_shape(0).num_kv_heads, std::max(1, 2 / size));
+    GpuRankPools gpu = gpu_rank_pools(**model, 512);
+    ASSERT_EQ(gpu.pools.size(), static_cast<size_t>(size));
+    auto out = prefill(**model, gpu.pools, tokens, slots);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+
+    auto split = CpuTpModel::create(tiny.shape, tiny.weights, size);
+    ASSERT_TRUE(split.is_ok());
+    testing::RankPools cpu = testing::rank_pools(tiny.shape, size, 512);
+    auto reference = (*split)->forward(cpu.pools, tokens, slots, 0, /*all_logits=*/true);
+    ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
+    const double vs_cpu = relative_error(out->logits, *reference);
+    const double vs_one = relative_error(out->logits, whole->logits);
+    std::printf("tp %d, 300-token prefill: relative error %.2e vs the CPU split, %.2e vs one GPU rank\n", size,
+                vs_cpu, vs_one);
+    EXPECT_LT(vs_cpu, 2e-2);
+    EXPECT_LT(vs_one, 2e-2);
+    EXPECT_EQ(out->next_tokens.size(), 1u);
+
+    // The last 100 tokens again, on the first 200's KV in every rank's pool.
+    auto continued = prefill(**model, gpu.pools, tokens, slots, 200);
+    ASSERT_TRUE(continued.is_ok()) << continued.status().to_string();
+    const std::span<const float> rows =
+        std::span<const float>(out->logits).subspan(200 * static_cast<size_t>(tiny.spec.vocab_size));
+    EXPECT_LT(relative_error(continued->logits, std::vector<float>(rows.begin(), rows.end())), 1e-2);
+  }
+}
+
+TEST_F(GpuTpModelTest, ThePeerSumGivesTheSameBitsRunAfterRun) {
+  const TinyModel tiny(qwen3_like());
+  auto model = make_cuda_tp_model(tiny.shape, tiny.weights, 4, on_one_gpu(4));
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  GpuRankPools gpu = gpu_rank_pools(**model, 256);
+  const std::vector<int32_t> tokens = random_tokens(130, tiny.spec.vocab_size, 2);
+  const std::vector<SlotId> slots = iota_slots(tokens.size());
+  auto first = prefill(**model, gpu.pools, tokens, slots);
+  auto second = prefill(**model, gpu.pools, tokens, slots);
+  ASSERT_TRUE(first.is_ok() && second.is_ok());
+  EXPECT_EQ(first->logits, second->logits);
+}
+
+TEST_F(GpuTpModelTest, AHookThatFailsOnOneRankFailsOnlyThatPass) {
+  const TinyModel tiny(qwen3_like());
+  auto model = make_cuda_tp_model(tiny.shape, tiny.weights, 2, on_one_gpu(2));
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  GpuRankPools gpu = gpu_rank_pools(**model, 256);
+  const std::vector<int32_t> tokens = random_tokens(64, tiny.spec.vocab_size, 3);
+  const std::vector<SlotId> slots = iota_slots(tokens.size());
+  auto good = prefill(**model, gpu.pools, tokens, slots);
+  ASSERT_TRUE(good.is_ok()) << good.status().to_string();
+  std::atomic<int> calls{0};
+  const BeforeRankAttention fails_on_rank1 = [&](int rank, int layer, void*) {
+    ++calls;
+    return rank == 1 && layer == 1 ? internal_error("restore lost") : Status::ok();
+  };
+  auto failed = prefill(**model, gpu.pools, tokens, slots, 0, fails_on_rank1);
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_EQ(failed.status().message(), "tensor-parallel rank 1: restore lost");
+  EXPECT_EQ(calls.load(), 2 * tiny.spec.num_layers) << "every rank ran every layer";
+  auto again = prefill(**model, gpu.pools, tokens, slots);
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(again->logits, good->logits);
+}
+
+TEST_F(GpuTpModelTest, ARankThatFailsLeavesTheOthersToStopAndTheNextPassRuns) {
+  const TinyModel tiny(qwen3_like());
+  auto model = make_cuda_tp_model(tiny.shape, tiny.weights, 4, on_one_gpu(4));
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  GpuRankPools gpu = gpu_rank_pools(**model, 256);
+  const std::vector<int32_t> tokens = random_tokens(64, tiny.spec.vocab_size, 4);
+  const std::vector<SlotId> slots = iota_slots(tokens.size());
+  auto good = prefill(**model, gpu.pools, tokens, slots);
+  ASSERT_TRUE(good.is_ok()) << good.status().to_string();
+  // Rank 2 gets a pool of the whole model's geometry: its pass fails before
+  // its first sum, while the others have started theirs.
+  auto wrong = make_cuda_device_kv_pool(TinyModel::geometry_of(tiny.spec), 256);
+  ASSERT_TRUE(wrong.is_ok());
+  std::vector<DeviceKvPool*> pools = gpu.pools;
+  pools[2] = wrong->get();
+  auto failed = prefill(**model, pools, tokens, slots);
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_TRUE(failed.status().message().starts_with("tensor-parallel rank 2: ")) << failed.status().to_string();
+  auto again = prefill(**model, gpu.pools, tokens, slots);
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(again->logits, good->logits);
+  // And a pool count that is not the ranks'.
+  EXPECT_EQ(prefill(**model, std::span(gpu.pools).first(3), tokens, slots).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(GpuTpModelTest, NcclRanksOnTwoGpusMatchThePeerRanks) {
+  int gpus = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+  if (gpus < 2) GTEST_SKIP() << "NCCL's ranks need two GPUs; this machine has " << gpus;
+  const TinyModel tiny(qwen3_like());
+  CudaTpOptions nccl;
+  nccl.devices = {0, 1};
+  auto model = make_cuda_tp_model(tiny.shape, tiny.weights, 2, nccl);
+  if (!model && model.status().code() == StatusCode::kUnavailable) GTEST_SKIP() << model.status().to_string();
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  CudaTpOptions peer = on_one_gpu(2);
+  auto reference = make_cuda_tp_model(tiny.shape, tiny.weights, 2, peer);
+  ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
+  GpuRankPools pools = gpu_rank_pools(**model, 512), reference_pools = gpu_rank_pools(**reference, 512);
+  const std::vector<int32_t> tokens = random_tokens(300, tiny.spec.vocab_size, 5);
+  const std::vector<SlotId> slots = iota_slots(tokens.size());
+  auto out = prefill(**model, pools.pools, tokens, slots);
+  auto want = prefill(**reference, reference_pools.pools, tokens, slots);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  ASSERT_TRUE(want.is_ok());
+  const double error = relative_error(out->logits, want->logits);
+  std::printf("NCCL over GPUs 0 and 1 vs the peer sum on GPU 0: relative error %.2e\n", error);
+  EXPECT_LT(error, 1e-2);
+}
+
+}  // namespace
+}  // namespace hiq

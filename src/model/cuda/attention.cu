@@ -7,6 +7,7 @@
 #include <cfloat>
 
 #include "cuda/check.cuh"
+#include "cuda/kernel_attributes.cuh"
 #include "model/cuda/attention.h"
 #include "model/cuda/attention_device.cuh"
 #include "model/cuda/dependent_launch.cuh"
@@ -285,10 +286,8 @@ int rows_per_block(const AttentionArgs& a) {
 
 template <int D, int kWarps>
 Status launch_warps(const AttentionArgs& a, cudaStream_t stream) {
-  // More than 48 KB of dynamic shared memory must be asked for, once per kernel.
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      attention_kernel<D, kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes<D>));
-  HIQ_CUDA_RETURN_IF_ERROR(configured);
+  // More than 48 KB of dynamic shared memory must be asked for, on each device.
+  HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory(attention_kernel<D, kWarps>, static_cast<int>(kSmemBytes<D>)));
   constexpr int kRows = kWarps * kRowsPerWarp;
   const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + kRows - 1) / kRows;
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.num_sequences * a.kv_heads),

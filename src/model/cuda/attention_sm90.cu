@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "cuda/check.cuh"
+#include "cuda/kernel_attributes.cuh"
 #include "model/cuda/attention.h"
 #include "model/cuda/attention_device.cuh"
 
@@ -581,9 +582,7 @@ Result<CUtensorMap> staged_plane_map(void* plane, const AttentionArgs& a) {
 
 template <bool kStaged>
 Status launch_kernel(const AttentionArgs& a, const CUtensorMap& k_map, const CUtensorMap& v_map, cudaStream_t stream) {
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(attention_sm90_kernel<kStaged>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  HIQ_CUDA_RETURN_IF_ERROR(configured);
+  HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory(attention_sm90_kernel<kStaged>, static_cast<int>(kSmemBytes)));
   const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + kRows - 1) / kRows;
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.num_sequences * a.kv_heads));
   attention_sm90_kernel<kStaged><<<grid, kThreads, kSmemBytes, stream>>>(a, k_map, v_map);

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cuda/check.cuh"
+#include "cuda/kernel_attributes.cuh"
 #include "model/cuda/dependent_launch.cuh"
 #include "model/cuda/layer_steps.cuh"
 
@@ -246,11 +247,9 @@ template <int kTiles, bool kNormalize>
 Status launch_tiles(cudaLaunchConfig_t config, const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k,
                     void* y, bool fp32, const SkinnyFusion& fusion) {
   if constexpr (kNormalize) {
-    // More than 48 KB of dynamic shared memory must be asked for, once per kernel.
-    static const cudaError_t configured =
-        cudaFuncSetAttribute(skinny_gemm_kernel<kTiles, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(kMostNormalizedBytes));
-    HIQ_CUDA_RETURN_IF_ERROR(configured);
+    // More than 48 KB of dynamic shared memory must be asked for, on each device.
+    HIQ_RETURN_IF_ERROR(
+        allow_dynamic_shared_memory(skinny_gemm_kernel<kTiles, true>, static_cast<int>(kMostNormalizedBytes)));
     config.dynamicSmemBytes = normalized_bytes(m, k);
     // As many blocks as are resident at once, each staging x once for the tiles it takes.
     int device = 0, multiprocessors = 0, per_multiprocessor = 0;

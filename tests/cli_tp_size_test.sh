@@ -40,7 +40,9 @@ for cmd in serve bench; do
               "--tp-size must be in [1, 256], got -2:--tp-size -2" \
               "3 ranks do not divide the 4 query heads:--tp-size 3" \
               "8 ranks do not divide the 4 query heads:--tp-size 8" \
-              "multi-GPU tensor parallelism (an all-reduce between GPUs) is not built:--device cuda --tp-size 2"; do
+              "--tp-devices put ranks 0 and 1 on GPU 0, which NCCL refuses:--device cuda --tp-size 2 --tp-devices 0,0" \
+              "--tp-devices list 3 GPUs for 2 ranks:--device cuda --tp-size 2 --tp-devices 0,1,2" \
+              "collective must be nccl or peer, got 'mpi':--device cuda --tp-size 2 --tp-collective mpi"; do
     want="${case%%:*}" flags="${case#*:}"
     rc=0
     # shellcheck disable=SC2086  # the flags are words

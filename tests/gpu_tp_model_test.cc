@@ -9,15 +9,19 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <chrono>
 #include <numeric>
 #include <random>
 
+#include "engine/serving_engine.h"
 #include "gpu_test_policy.h"
 #include "memory/cuda_device_kv_pool.h"
 #include "model/cuda_model.h"
 #include "model/cuda_tp_model.h"
+#include "model/loaded_model.h"
 #include "model/tensor_parallel.h"
 #include "relative_error.h"
+#include "server/serving_stack.h"
 #include "tensor_parallel_test_util.h"
 #include "tiny_model.h"
 
@@ -77,18 +81,32 @@ struct GpuRankPools {
 
 GpuRankPools gpu_rank_pools(const CudaTpModel& model, size_t slots) {
   GpuRankPools p;
-  int current = 0;
-  EXPECT_EQ(cudaGetDevice(&current), cudaSuccess);
   for (int r = 0; r < model.size(); ++r) {
-    EXPECT_EQ(cudaSetDevice(model.device(r)), cudaSuccess);
-    auto pool = make_cuda_device_kv_pool(testing::rank_geometry(model.shape(), model.size()), slots);
+    auto pool = make_cuda_device_kv_pool(model.device(r), testing::rank_geometry(model.shape(), model.size()), slots);
     EXPECT_TRUE(pool.is_ok()) << pool.status().to_string();
     if (!pool) break;
     p.pools.push_back(pool->get());
     p.owned.push_back(std::move(*pool));
   }
-  EXPECT_EQ(cudaSetDevice(current), cudaSuccess);
   return p;
+}
+
+// The first `steps` greedy tokens after `prompt`, one pass at a time, on fresh pools.
+std::vector<int32_t> greedy(CudaTpModel& model, std::vector<int32_t> tokens, int steps) {
+  GpuRankPools p = gpu_rank_pools(model, tokens.size() + static_cast<size_t>(steps));
+  const std::vector<SlotId> slots = iota_slots(tokens.size() + static_cast<size_t>(steps));
+  std::vector<int32_t> out;
+  size_t first_new = 0;
+  for (int i = 0; i < steps; ++i) {
+    const ModelSequence seq{tokens, std::span(slots).first(tokens.size()), first_new};
+    auto result = model.forward(p.pools, std::span(&seq, 1), LogitsWanted::kNone);
+    EXPECT_TRUE(result.is_ok()) << result.status().to_string();
+    if (!result) return out;
+    out.push_back(result->next_tokens[0]);
+    first_new = tokens.size();
+    tokens.push_back(out.back());
+  }
+  return out;
 }
 
 Result<ModelOutput> prefill(CudaTpModel& model, std::span<DeviceKvPool* const> pools, std::span<const int32_t> tokens,
@@ -228,6 +246,53 @@ TEST_F(GpuTpModelTest, NcclRanksOnTwoGpusMatchThePeerRanks) {
   const double error = relative_error(out->logits, want->logits);
   std::printf("NCCL over GPUs 0 and 1 vs the peer sum on GPU 0: relative error %.2e\n", error);
   EXPECT_LT(error, 1e-2);
+}
+
+// `hiq serve --device cuda --tp-size 2` as a stack, both ranks on GPU 0: 6
+// groups of 3 prompts (a shared 40-token prefix, a 6-token question), twice;
+// with 160 L1 slots the second pass restores the prefixes from L2 through
+// the ranks' transfer engines. BF16 records restore the computed KV, so
+// every request gets exactly the tokens of the split model run alone.
+TEST_F(GpuTpModelTest, AStackServesAndRestoresOverRanksOnOneGpu) {
+  ServeConfig c;
+  c.model_dir = std::string(HIQ_TEST_MODELS_DIR) + "/tiny-qwen3";
+  c.device = "cuda";
+  c.tp_size = 2;
+  c.tp_devices = {0, 0};
+  c.tp_collective = TpCollective::kPeer;
+  c.max_total_tokens = 160;
+  c.host.codec = KvCodecs(CodecKind::kBf16);
+  c.host.ratio = 4;
+  auto stack = ServingStack::create(c);
+  ASSERT_TRUE(stack.is_ok()) << stack.status().to_string();
+  ASSERT_EQ((*stack)->tp_size(), 2);
+  const LoadedModel& checkpoint = (*stack)->model().checkpoint();
+  auto direct = make_cuda_tp_model(checkpoint.shape(), checkpoint.weights(), 2, on_one_gpu(2));
+  ASSERT_TRUE(direct.is_ok()) << direct.status().to_string();
+  size_t restored = 0, requests = 0;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int g = 0; g < 6; ++g)
+      for (int q = 0; q < 3; ++q) {
+        Request r;
+        for (int i = 0; i < 40; ++i) r.prompt.push_back(static_cast<TokenId>((g * 31 + i * 7) % 97));
+        for (int i = 0; i < 6; ++i) r.prompt.push_back(static_cast<TokenId>((q * 13 + i * 5 + pass * 29 + 50) % 97));
+        r.max_new_tokens = 4;
+        const std::vector<TokenId> prompt = r.prompt;
+        auto stream = (*stack)->engine().submit(std::move(r));
+        ASSERT_TRUE(stream.is_ok()) << stream.status().to_string();
+        RequestResult result;
+        while (auto event = (*stream)->next(std::chrono::seconds(60)))
+          if (event->kind == GenerationEvent::Kind::kFinished) {
+            result = std::move(event->result);
+            break;
+          }
+        ASSERT_TRUE(result.status.is_ok()) << result.status.to_string();
+        EXPECT_EQ(result.output, greedy(**direct, prompt, 4)) << "pass " << pass << ", request " << requests;
+        restored += result.cached_l2_tokens;
+        ++requests;
+      }
+  EXPECT_GT(restored, 0u) << "the second pass must restore prefixes from L2";
+  EXPECT_EQ((*stack)->engine().stats().cache.load_back_failures, 0u);
 }
 
 }  // namespace

@@ -51,14 +51,14 @@ TEST(CudaTpOptions, PlacesRankROnGpuRUnlessToldAndNamesWhatIsWrong) {
   EXPECT_EQ(o.device(1), 3);
   const Status count = o.validate(4);
   EXPECT_EQ(count.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(count.message(), "devices: 2 GPUs listed for 4 ranks");
+  EXPECT_EQ(count.message(), "devices list 2 GPUs for 4 ranks");
   o.devices = {0, -1};
-  EXPECT_EQ(o.validate(2).message(), "devices: rank 1's GPU is negative");
+  EXPECT_EQ(o.validate(2).message(), "devices give rank 1 a negative GPU");
   // One GPU for every rank: the peer collective's test setup, which NCCL refuses.
   o.devices = {0, 0};
   const Status shared = o.validate(2);
   EXPECT_EQ(shared.code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(shared.message().starts_with("devices: ranks 0 and 1 share GPU 0")) << shared.message();
+  EXPECT_TRUE(shared.message().starts_with("devices put ranks 0 and 1 on GPU 0")) << shared.message();
   o.collective = TpCollective::kPeer;
   EXPECT_TRUE(o.validate(2).is_ok());
   EXPECT_EQ(CudaTpOptions{}.validate(0).code(), StatusCode::kInvalidArgument);

@@ -515,13 +515,20 @@ TEST(TensorParallelServeConfig, RefusesSizesBelowOneAndAboveTheBound) {
   EXPECT_TRUE(tiny_qwen3_config(2).validate().is_ok());
 }
 
-TEST(TensorParallelServeConfig, RefusesTensorParallelCudaSayingItIsNotBuilt) {
+TEST(TensorParallelServeConfig, PlacesCudaRanksOnGpusAndNamesABadPlacement) {
   ServeConfig cuda = tiny_qwen3_config(2);
   cuda.device = "cuda";
+  EXPECT_TRUE(cuda.validate().is_ok()) << cuda.validate().to_string();  // rank r on GPU r, NCCL
+  cuda.tp_devices = {0, 0};
   expect_error(Result<int>(cuda.validate()), StatusCode::kInvalidArgument,
-               {"tp_size 2 needs the CPU backend", "multi-GPU tensor parallelism", "not built"});
-  cuda.tp_size = 1;
-  EXPECT_TRUE(cuda.validate().is_ok());
+               {"tp_devices put ranks 0 and 1 on GPU 0, which NCCL refuses"});
+  cuda.tp_collective = TpCollective::kPeer;  // ours may share a GPU
+  EXPECT_TRUE(cuda.validate().is_ok()) << cuda.validate().to_string();
+  cuda.tp_devices = {1};
+  expect_error(Result<int>(cuda.validate()), StatusCode::kInvalidArgument, {"tp_devices list 1 GPU for 2 ranks"});
+  ServeConfig cpu = tiny_qwen3_config(2);
+  cpu.tp_devices = {0, 1};
+  expect_error(Result<int>(cpu.validate()), StatusCode::kInvalidArgument, {"tp_devices", "needs device cuda"});
 }
 
 TEST(TensorParallelServingStack, RefusesASizeTheModelCannotSplitNamingWhat) {

@@ -13,6 +13,7 @@ Status not_built() { return unavailable("this build has no CUDA backend (configu
 }  // namespace
 
 Result<std::unique_ptr<DeviceKvPool>> make_cuda_device_kv_pool(const KvGeometry&, size_t) { return not_built(); }
+Result<std::unique_ptr<DeviceKvPool>> make_cuda_device_kv_pool(int, const KvGeometry&, size_t) { return not_built(); }
 
 PinnedHostMemory::~PinnedHostMemory() = default;
 PinnedHostMemory::PinnedHostMemory(PinnedHostMemory&& other) noexcept
@@ -30,6 +31,17 @@ Result<PinnedHostMemory> PinnedHostMemory::pin(std::byte*, size_t, size_t) { ret
 
 Result<std::unique_ptr<CudaTransferEngine>> make_cuda_transfer_engine(DeviceKvPool&, HostKvPool&,
                                                                       TransferEngineOptions) {
+  return not_built();
+}
+
+Result<std::unique_ptr<CudaTransferEngine>> make_cuda_rank_transfer_engine(DeviceKvPool&, HostKvPool&, int, int,
+                                                                           TransferEngineOptions) {
+  return not_built();
+}
+
+Result<std::unique_ptr<CudaTpTransferEngine>> make_cuda_tp_transfer_engine(std::span<DeviceKvPool* const>,
+                                                                           std::span<const int>, HostKvPool&,
+                                                                           TransferEngineOptions) {
   return not_built();
 }
 

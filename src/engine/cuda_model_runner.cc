@@ -5,7 +5,26 @@
 namespace hiq {
 
 CudaModelRunner::CudaModelRunner(CudaModel& model, DeviceKvPool& l1, CudaTransferEngine* engine)
-    : model_(model), l1_(l1), engine_(engine), start_(std::chrono::steady_clock::now()) {}
+    : model_(&model), l1_(&l1), engine_(engine), start_(std::chrono::steady_clock::now()) {}
+
+CudaModelRunner::CudaModelRunner(CudaTpModel& model, std::vector<DeviceKvPool*> pools, CudaTpTransferEngine* engine)
+    : tp_(&model), pools_(std::move(pools)), tp_engine_(engine), start_(std::chrono::steady_clock::now()) {}
+
+Result<ModelOutput> CudaModelRunner::run_model(std::span<const ModelSequence> sequences, LogitsWanted wanted,
+                                               std::span<const Ticket> loads) {
+  if (tp_ != nullptr) {
+    const BeforeRankAttention wait_for_restores = [&](int rank, int layer, void* stream) -> Status {
+      for (Ticket load : loads) HIQ_RETURN_IF_ERROR(tp_engine_->stream_wait_rank_layer(load, rank, layer, stream));
+      return Status::ok();
+    };
+    return tp_->forward(pools_, sequences, wanted, loads.empty() ? BeforeRankAttention() : wait_for_restores);
+  }
+  const BeforeLayerAttention wait_for_restores = [&](int layer, void* stream) -> Status {
+    for (Ticket load : loads) HIQ_RETURN_IF_ERROR(engine_->stream_wait_layer(load, layer, stream));
+    return Status::ok();
+  };
+  return model_->forward(*l1_, sequences, wanted, loads.empty() ? BeforeLayerAttention() : wait_for_restores);
+}
 
 double CudaModelRunner::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -22,24 +41,19 @@ Result<std::vector<ForwardResult>> CudaModelRunner::run_pass(std::span<const For
   sequences.reserve(batch.size());
   for (const ForwardItem& item : batch) {
     if (item.load) {
-      if (engine_ == nullptr) return failed_precondition("forward: a restore without a transfer engine");
+      if (!has_engine()) return failed_precondition("forward: a restore without a transfer engine");
       loads.push_back(*item.load);
     }
     if (item.prompt_logprobs && item.first_new != 0)
       return failed_precondition("forward: prompt log-probabilities need the whole prompt computed");
     sequences.push_back({item.tokens, item.slots, item.first_new});
   }
-  const BeforeLayerAttention wait_for_restores = [&](int layer, void* stream) -> Status {
-    for (Ticket load : loads) HIQ_RETURN_IF_ERROR(engine_->stream_wait_layer(load, layer, stream));
-    return Status::ok();
-  };
   const bool all = std::any_of(batch.begin(), batch.end(), [](const ForwardItem& i) { return i.prompt_logprobs; });
   const bool last = std::any_of(batch.begin(), batch.end(),
                                 [](const ForwardItem& i) { return i.sampling != nullptr || i.logprobs >= 0; });
   const LogitsWanted wanted = all ? LogitsWanted::kAll : last ? LogitsWanted::kLast : LogitsWanted::kNone;
-  HIQ_ASSIGN_OR_RETURN(ModelOutput out,
-                       model_.forward(l1_, sequences, wanted, loads.empty() ? BeforeLayerAttention() : wait_for_restores));
-  const auto vocab = static_cast<size_t>(model_.shape().vocab_size);
+  HIQ_ASSIGN_OR_RETURN(ModelOutput out, run_model(sequences, wanted, loads));
+  const auto vocab = static_cast<size_t>(shape().vocab_size);
   const std::span<const float> logits(out.logits);
   std::vector<ForwardResult> results(batch.size());
   size_t row = 0;  // the item's first logit row

@@ -25,6 +25,10 @@ namespace hiq {
 // Errors: a bad geometry or zero slots (kInvalidArgument), no GPU
 // (kUnavailable), not enough device memory (kResourceExhausted).
 Result<std::unique_ptr<DeviceKvPool>> make_cuda_device_kv_pool(const KvGeometry& geometry, size_t num_slots);
+// The same on GPU `device` (a tensor-parallel rank's); the current device is
+// left as it was.
+Result<std::unique_ptr<DeviceKvPool>> make_cuda_device_kv_pool(int device, const KvGeometry& geometry,
+                                                               size_t num_slots);
 
 class PinnedHostMemory {
  public:

@@ -31,16 +31,15 @@ Status CudaTpOptions::validate(int size) const {
   HIQ_RETURN_IF_ERROR(model.validate());
   if (size < 1) return invalid_argument("tp_size must be at least 1, got " + std::to_string(size));
   if (!devices.empty() && devices.size() != static_cast<size_t>(size))
-    return invalid_argument("devices: " + std::to_string(devices.size()) + " GPUs listed for " +
-                            std::to_string(size) + " ranks");
+    return invalid_argument("devices list " + std::to_string(devices.size()) +
+                            (devices.size() == 1 ? " GPU for " : " GPUs for ") + std::to_string(size) + " ranks");
   for (int r = 0; r < size; ++r) {
-    if (device(r) < 0) return invalid_argument("devices: rank " + std::to_string(r) + "'s GPU is negative");
+    if (device(r) < 0) return invalid_argument("devices give rank " + std::to_string(r) + " a negative GPU");
     if (collective != TpCollective::kNccl) continue;
     for (int q = 0; q < r; ++q)
       if (device(q) == device(r))
-        return invalid_argument("devices: ranks " + std::to_string(q) + " and " + std::to_string(r) +
-                                " share GPU " + std::to_string(device(r)) +
-                                ", which NCCL refuses (the peer collective allows it)");
+        return invalid_argument("devices put ranks " + std::to_string(q) + " and " + std::to_string(r) + " on GPU " +
+                                std::to_string(device(r)) + ", which NCCL refuses (the peer collective allows it)");
   }
   return Status::ok();
 }

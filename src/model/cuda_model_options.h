@@ -57,8 +57,9 @@ struct CudaTpOptions {
   TpCollective collective = TpCollective::kNccl;
   CudaModelOptions model;  // every rank's (decode graphs and fused products are off under TP)
 
-  // Errors (kInvalidArgument) name the field: a device list of another
-  // length than `size`, a negative device, or a GPU repeated under kNccl.
+  // Errors (kInvalidArgument) start with the field's name ("devices list
+  // …"): a device list of another length than `size`, a negative device, a
+  // GPU repeated under kNccl; or model's error.
   Status validate(int size) const;
   // Rank r's GPU.
   int device(int rank) const { return devices.empty() ? rank : devices[static_cast<size_t>(rank)]; }

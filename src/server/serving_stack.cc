@@ -14,6 +14,7 @@
 #include "kv/model_config.h"
 #include "memory/cuda_device_kv_pool.h"
 #include "model/cuda_model.h"
+#include "model/cuda_tp_model.h"
 #include "model/loaded_model.h"
 #include "model/tensor_parallel.h"
 #include "storage/storage_value.h"
@@ -56,12 +57,14 @@ Status ServeConfig::validate() const {
   if (tp_size < 1 || tp_size > kMaxTpSize)
     return invalid_argument("tp_size must be in [1, " + std::to_string(kMaxTpSize) + "], got " +
                             std::to_string(tp_size));
-  if (tp_size > 1 && device == "cuda")
-    return invalid_argument(
-        "tp_size " + std::to_string(tp_size) +
-        " needs the CPU backend (device cpu): multi-GPU tensor parallelism (an all-reduce between GPUs) is not "
-        "built; the CUDA backend runs on one GPU (tp_size 1)");
-  HIQ_RETURN_IF_ERROR(cuda.validate());
+  if (device == "cuda") {
+    const Status tp = tp_options().validate(tp_size);
+    if (!tp.is_ok() && tp.message().starts_with("devices")) return invalid_argument("tp_" + tp.message());
+    HIQ_RETURN_IF_ERROR(tp);
+  } else {
+    HIQ_RETURN_IF_ERROR(cuda.validate());
+    if (!tp_devices.empty()) return invalid_argument("tp_devices places ranks on GPUs: it needs device cuda");
+  }
   if (storage.backend != StorageBackendKind::kNone) {
     if (!hicache) return invalid_argument("storage needs the host tier: its blocks are L2 records");
     if (storage_block_tokens < 0 || storage_block_tokens % page_size != 0)
@@ -102,7 +105,10 @@ Result<std::shared_ptr<ServingModel>> ServingModel::load(const ServeConfig& c) {
     if (id >= m->vocab_size_)
       return invalid_argument("eos_token_id " + std::to_string(id) + " is outside the vocabulary of " +
                               std::to_string(m->vocab_size_));
-  if (c.device == "cuda") {
+  if (c.device == "cuda" && c.tp_size > 1) {
+    HIQ_ASSIGN_OR_RETURN(m->cuda_tp_model_,
+                         make_cuda_tp_model(m->model_->shape(), m->model_->weights(), c.tp_size, c.tp_options()));
+  } else if (c.device == "cuda") {
     HIQ_ASSIGN_OR_RETURN(m->cuda_model_, make_cuda_model(m->model_->shape(), m->model_->weights(), c.cuda));
   }
   return m;
@@ -146,12 +152,23 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
   if (!cuda && c.cpu_threads > 0) set_parallel_threads(c.cpu_threads);
   const size_t slots = c.max_total_tokens > 0 ? c.max_total_tokens : (cuda ? 65536 : 8192);
   KvGeometry geometry = m.config().kv_geometry(c.page_size);
+  CudaTpModel* cuda_tp = s->model_->cuda_tp_model();  // split over GPUs (made by ServingModel::load)
   if (c.tp_size > 1) {
-    // validate() refused CUDA. The split's error names what tp_size does not divide.
-    HIQ_ASSIGN_OR_RETURN(s->tp_model_, CpuTpModel::create(m.shape(), m.weights(), c.tp_size));
+    // The split's error names what tp_size does not divide.
+    if (!cuda) {
+      HIQ_ASSIGN_OR_RETURN(s->tp_model_, CpuTpModel::create(m.shape(), m.weights(), c.tp_size));
+    }
     HIQ_ASSIGN_OR_RETURN(geometry, rank_geometry(m, c.page_size, c.tp_size));
   }
-  if (cuda) {
+  std::vector<int> devices;  // each rank's GPU (tensor parallelism on GPUs)
+  if (cuda_tp) {
+    for (int r = 0; r < cuda_tp->size(); ++r) devices.push_back(cuda_tp->device(r));
+    HIQ_ASSIGN_OR_RETURN(s->l1_, make_cuda_device_kv_pool(devices[0], geometry, slots));
+    for (int r = 1; r < cuda_tp->size(); ++r) {
+      HIQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> pool, make_cuda_device_kv_pool(devices[static_cast<size_t>(r)], geometry, slots));
+      s->other_ranks_l1_.push_back(std::move(pool));
+    }
+  } else if (cuda) {
     HIQ_ASSIGN_OR_RETURN(s->l1_, make_cuda_device_kv_pool(geometry, slots));
   } else {
     HIQ_ASSIGN_OR_RETURN(s->l1_, make_host_memory_device_pool(geometry, slots));
@@ -163,6 +180,7 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
   std::vector<DeviceKvPool*> rank_pools = {s->l1_.get()};
   for (const auto& pool : s->other_ranks_l1_) rank_pools.push_back(pool.get());
   CudaTransferEngine* cuda_transfer = nullptr;
+  CudaTpTransferEngine* cuda_tp_transfer = nullptr;
   if (c.hicache) {
     // Every rank's records in one pool, its capacity from all of their bytes per token.
     HIQ_ASSIGN_OR_RETURN(s->l2_, HostKvPool::create(tp_host_geometry(geometry), c.host, slots));
@@ -174,7 +192,12 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
               "tokens (--hicache-ratio ≥ 1)");
     TransferEngineOptions options;
     options.workers = c.transfer_workers;
-    if (cuda) {
+    if (cuda_tp) {
+      HIQ_ASSIGN_OR_RETURN(std::unique_ptr<CudaTpTransferEngine> engine,
+                           make_cuda_tp_transfer_engine(rank_pools, devices, *s->l2_, options));
+      cuda_tp_transfer = engine.get();
+      s->transfer_ = std::move(engine);
+    } else if (cuda) {
       HIQ_ASSIGN_OR_RETURN(std::unique_ptr<CudaTransferEngine> engine, make_cuda_transfer_engine(*s->l1_, *s->l2_, options));
       cuda_transfer = engine.get();
       s->transfer_ = std::move(engine);
@@ -210,7 +233,8 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
             format_bytes(static_cast<uint64_t>(block_tokens) * s->l2_->bytes_per_token() + kStorageHeaderBytes) +
             " values), " + s->storage_->fingerprint().describe());
   }
-  if (cuda) s->runner_ = std::make_unique<CudaModelRunner>(*s->model_->cuda_model(), *s->l1_, cuda_transfer);
+  if (cuda_tp) s->runner_ = std::make_unique<CudaModelRunner>(*cuda_tp, rank_pools, cuda_tp_transfer);
+  else if (cuda) s->runner_ = std::make_unique<CudaModelRunner>(*s->model_->cuda_model(), *s->l1_, cuda_transfer);
   else if (s->tp_model_)
     s->runner_ = std::make_unique<CpuModelRunner>(*s->tp_model_, rank_pools, s->transfer_.get());
   else s->runner_ = std::make_unique<CpuModelRunner>(m.shape(), m.weights(), *s->l1_, s->transfer_.get());

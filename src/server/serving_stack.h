@@ -35,6 +35,7 @@ class Tokenizer;
 class ChatTemplate;
 class LoadedModel;
 class CudaModel;
+class CudaTpModel;
 class CpuTpModel;
 
 struct ServeConfig {
@@ -49,7 +50,9 @@ struct ServeConfig {
   SchedulerOptions scheduler;       // --max-prefill-tokens, --max-running-requests
   int transfer_workers = 2;         // CPU transfer engine threads
   int cpu_threads = 0;              // --cpu-threads: the CPU forward pass's threads (process-wide); 0: every core
-  int tp_size = 1;                  // --tp-size: tensor-parallel ranks, a thread each (cpu only; cuda: 1)
+  int tp_size = 1;                  // --tp-size: tensor-parallel ranks, a thread each (cuda: a GPU each)
+  std::vector<int> tp_devices;      // --tp-devices: rank r's GPU (cuda); empty: rank r on GPU r
+  TpCollective tp_collective = TpCollective::kNccl;  // --tp-collective (cuda): nccl or peer
   CudaModelOptions cuda;            // --device cuda: --disable-cuda-graph, --cuda-graph-max-bs
   StorageOptions storage;           // --hicache-storage-backend, -backend-extra-config, -prefetch-policy
   int storage_block_tokens = 0;     // --hicache-storage-block-tokens: tokens per stored block, whole pages;
@@ -61,6 +64,14 @@ struct ServeConfig {
   // Errors (kInvalidArgument) start with the field's name ("page_size must
   // be ..."), so a caller can say which flag it came from.
   Status validate() const;
+  // The GPU ranks' placement and collective, and each rank's model options.
+  CudaTpOptions tp_options() const {
+    CudaTpOptions o;
+    o.devices = tp_devices;
+    o.collective = tp_collective;
+    o.model = cuda;
+    return o;
+  }
 };
 
 // The model half of a stack. Immutable once loaded; a stack using it reads
@@ -76,8 +87,10 @@ class ServingModel {
 
   const std::string& device() const { return device_; }
   const LoadedModel& checkpoint() const { return *model_; }
-  // Null on the CPU.
+  // Null on the CPU, and under tensor parallelism (cuda_tp_model()).
   CudaModel* cuda_model() const { return cuda_model_.get(); }
+  // The model split over the GPUs of --tp-size above 1 (device cuda); else null.
+  CudaTpModel* cuda_tp_model() const { return cuda_tp_model_.get(); }
   // Null when the model directory has no tokenizer.json (token-id mode).
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   // The chat template: --chat-template's, else the model directory's
@@ -105,6 +118,7 @@ class ServingModel {
   std::unique_ptr<ChatTemplate> chat_template_;
   std::unique_ptr<LoadedModel> model_;
   std::unique_ptr<CudaModel> cuda_model_;
+  std::unique_ptr<CudaTpModel> cuda_tp_model_;
 };
 
 class ServingStack {
@@ -139,7 +153,7 @@ class ServingStack {
 
   // Declared in dependency order, destroyed in reverse.
   std::shared_ptr<const ServingModel> model_;
-  std::unique_ptr<CpuTpModel> tp_model_;                       // tp_size > 1: the model split over the ranks
+  std::unique_ptr<CpuTpModel> tp_model_;                       // tp_size > 1 on the CPU: the split model
   std::unique_ptr<DeviceKvPool> l1_;                           // rank 0's: the tree allocates its slots
   std::vector<std::unique_ptr<DeviceKvPool>> other_ranks_l1_;  // ranks 1 … tp_size-1, the same slots
   std::unique_ptr<HostKvPool> l2_;

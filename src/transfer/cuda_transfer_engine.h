@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "transfer/transfer_engine.h"
 
@@ -49,5 +50,41 @@ class CudaTransferEngine : public TransferEngine {
 // shared memory, or L2 memory that cannot be pinned.
 Result<std::unique_ptr<CudaTransferEngine>> make_cuda_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
                                                                       TransferEngineOptions options = {});
+
+// Tensor parallelism, one engine per rank: rank `rank` of `size`, whose L1
+// pool (`l1`, on the current GPU) holds that rank's KV heads, over a host
+// pool holding every rank's records (tp_host_geometry: rank r's layer l is
+// the pool's layer r·L + l). The rank engines share `l2`'s pinning, which
+// their owner makes once (PinnedHostMemory::pin of the pool's reserved
+// bytes, registered for every GPU) and keeps until they are gone. Errors: as
+// above, and an L1 pool of another tp_size or a host pool that is not its
+// ranks'. make_cuda_tp_transfer_engine is what serving uses.
+Result<std::unique_ptr<CudaTransferEngine>> make_cuda_rank_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
+                                                                           int rank, int size,
+                                                                           TransferEngineOptions options = {});
+
+// The engine of a tensor-parallel group: each operation moves every rank's
+// records of the same slots, through the ranks' own engines (each on its
+// GPU, all over one host pool it pins once). A layer is ready when every
+// rank's is; the operation completes when every rank's part has, and fails
+// when one does (the cache then recomputes, as after any failed transfer).
+// A submission refused on rank 0 queues nothing; one refused on a later rank
+// returns a ticket that completes failed once the others' parts are done.
+class CudaTpTransferEngine : public TransferEngine {
+ public:
+  // Makes `stream` (a cudaStream_t of rank `rank`'s GPU) wait, on the device,
+  // until layer `layer` of load `ticket` is in that rank's pool.
+  virtual Status stream_wait_rank_layer(Ticket ticket, int rank, int layer, void* stream) = 0;
+  virtual int ranks() const = 0;
+};
+
+// ranks[r] is rank r's CUDA pool on GPU devices[r] (of a tp_size ranks.size()
+// geometry); both the pools and `l2` must outlive the engine. Its stats
+// count each operation once (ops, tokens, failures) and add the ranks'
+// bytes and seconds.
+Result<std::unique_ptr<CudaTpTransferEngine>> make_cuda_tp_transfer_engine(std::span<DeviceKvPool* const> ranks,
+                                                                           std::span<const int> devices,
+                                                                           HostKvPool& l2,
+                                                                           TransferEngineOptions options = {});
 
 }  // namespace hiq

@@ -16,6 +16,7 @@
 #include "tools/hiq/cuda_graph_flags.h"
 #include "tools/hiq/list_flag.h"
 #include "tools/hiq/table.h"
+#include "tools/hiq/tp_flags.h"
 
 namespace hiq::cli {
 namespace {
@@ -31,8 +32,7 @@ struct ModelBenchFlags {
   double seconds = 1.0;
   CudaModelOptions cuda;
   int tp_size = 1;
-  std::string tp_collective = "nccl";
-  std::string tp_devices;  // empty: rank r on GPU r
+  TpFlags tp;
   bool json = false;
 };
 
@@ -63,19 +63,11 @@ std::string ms(double seconds) { return format_fixed(seconds * 1e3, 2); }
 
 Result<CudaTpOptions> build_tp_options(const ModelBenchFlags& f) {
   CudaTpOptions tp;
-  HIQ_ASSIGN_OR_RETURN(tp.collective, parse_tp_collective(f.tp_collective));
-  if (!f.tp_devices.empty()) {
-    // A sequence (rank r's GPU): repeats are data, which validate() judges.
-    HIQ_ASSIGN_OR_RETURN(tp.devices, parse_list_flag_as<int>(
-                                         f.tp_devices, "--tp-devices",
-                                         [](const std::string& item) -> Result<int> {
-                                           HIQ_ASSIGN_OR_RETURN(const int64_t d, parse_integer_item(item, 0, 1023));
-                                           return static_cast<int>(d);
-                                         },
-                                         ListRepeats::kAllow));
-  }
+  HIQ_RETURN_IF_ERROR(apply_tp_flags(f.tp, tp.devices, tp.collective));
   tp.model = f.cuda;
-  HIQ_RETURN_IF_ERROR(tp.validate(f.tp_size));
+  const Status valid = tp.validate(f.tp_size);
+  if (!valid.is_ok() && valid.message().starts_with("devices")) return invalid_argument("--tp-" + valid.message());
+  HIQ_RETURN_IF_ERROR(valid);
   return tp;
 }
 
@@ -203,9 +195,7 @@ std::function<int()> add_bench_model_command(CLI::App& bench) {
                   "(restore rows are not run)")
       ->capture_default_str()
       ->check(CLI::Range(1, 8));
-  app->add_option("--tp-collective", f->tp_collective, "How the ranks sum: nccl, or peer (ours; ranks may share a GPU)")
-      ->capture_default_str();
-  app->add_option("--tp-devices", f->tp_devices, "Comma-separated GPU of each rank (default: rank r on GPU r)");
+  add_tp_flags(app, f->tp);
   app->add_flag("--json", f->json, "Print JSON");
   return [f, app] { return app->parsed() ? run_model_bench_command(*f) : -1; };
 }

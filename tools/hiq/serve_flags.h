@@ -13,6 +13,7 @@
 #include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/scheduler_flags.h"
 #include "tools/hiq/storage_flags.h"
+#include "tools/hiq/tp_flags.h"
 
 namespace hiq::cli {
 
@@ -23,6 +24,7 @@ struct ServeFlags {
   HostTierFlags host;
   SchedulerFlags scheduler;
   StorageFlags storage;
+  TpFlags tp;
   int64_t max_queued_requests = 0;
 };
 
@@ -37,6 +39,7 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
   if (f.max_queued_requests < 0) return invalid_argument("--max-queued-requests must not be negative");
   c.scheduler.max_queued_requests = static_cast<size_t>(f.max_queued_requests);
   HIQ_RETURN_IF_ERROR(apply_storage_flags(f.storage, c));
+  HIQ_RETURN_IF_ERROR(apply_tp_flags(f.tp, c.tp_devices, c.tp_collective));
   HIQ_RETURN_IF_ERROR(with_flag_names(c.validate(), {{"model_dir", "--model"},
                                                      {"device", "--device"},
                                                      {"page_size", "--page-size"},
@@ -45,6 +48,7 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
                                                      {"max_running_requests", "--max-running-requests"},
                                                      {"cpu_threads", "--cpu-threads"},
                                                      {"tp_size", "--tp-size"},
+                                                     {"tp_devices", "--tp-devices"},
                                                      {"cuda_graph_max_batch", "--cuda-graph-max-bs"},
                                                      {"storage_block_tokens", "--hicache-storage-block-tokens"},
                                                      {"storage", "--hicache-storage-backend"}}));
@@ -64,9 +68,10 @@ inline void add_stack_flags(CLI::App* app, ServeFlags& flags) {
   app->add_option("--cpu-threads", f->config.cpu_threads, "--device cpu: threads of the forward pass (0: every core)")
       ->capture_default_str();
   app->add_option("--tp-size", f->config.tp_size,
-                  "Tensor-parallel ranks: --device cpu splits the model's heads and MLP over this many threads, each "
-                  "with its own KV pools (multi-GPU tensor parallelism is not built: cuda takes 1)")
+                  "Tensor-parallel ranks: the model's heads and MLP split over this many threads (--device cpu) or "
+                  "GPUs (--device cuda), each with its own KV pools")
       ->capture_default_str();
+  add_tp_flags(app, f->tp);
   add_cuda_graph_flags(app, f->config.cuda);
   add_host_tier_flags(app, f->host);
   add_scheduler_flags(app, f->scheduler);

@@ -90,4 +90,14 @@ Result<std::unique_ptr<DeviceKvPool>> make_cuda_device_kv_pool(const KvGeometry&
   return std::unique_ptr<DeviceKvPool>(new CudaDeviceKvPool(geometry, num_slots, std::move(memory)));
 }
 
+Result<std::unique_ptr<DeviceKvPool>> make_cuda_device_kv_pool(int device, const KvGeometry& geometry,
+                                                               size_t num_slots) {
+  int current = 0;
+  HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  auto pool = make_cuda_device_kv_pool(geometry, num_slots);
+  HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
+  return pool;
+}
+
 }  // namespace hiq

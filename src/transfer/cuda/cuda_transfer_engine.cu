@@ -58,10 +58,14 @@ struct Operation {
 class CudaEngine final : public CudaTransferEngine {
  public:
   // Per rung of the host pool: the kernels' block shapes.
-  CudaEngine(DeviceKvPool& l1, HostKvPool& l2, TransferEngineOptions options, PinnedHostMemory pinned,
-             std::vector<cuda::KernelShape> encode, std::vector<cuda::KernelShape> decode)
+  // `first_layer`: the L2 layer holding L1's layer 0 (a tensor-parallel
+  // rank's share of a pool of every rank's records); `pinned` may be empty
+  // when the caller pins L2 for several engines.
+  CudaEngine(DeviceKvPool& l1, HostKvPool& l2, int first_layer, TransferEngineOptions options,
+             PinnedHostMemory pinned, std::vector<cuda::KernelShape> encode, std::vector<cuda::KernelShape> decode)
       : l1_(l1),
         l2_(l2),
+        first_layer_(first_layer),
         options_(std::move(options)),
         pinned_(std::move(pinned)),
         encode_(std::move(encode)),
@@ -77,9 +81,11 @@ class CudaEngine final : public CudaTransferEngine {
         cuda::PlaneView& v = planes_[static_cast<size_t>(rung)][p];
         v.rows = l1_.plane(0, part);
         v.rows_layer_stride = g.num_layers > 1 ? static_cast<size_t>(l1_.plane(1, part) - l1_.plane(0, part)) : 0;
-        v.records = l2_.plane(0, part, rung);
+        const int first = first_layer_;
+        v.records = l2_.plane(first, part, rung);
         v.records_layer_stride =
-            g.num_layers > 1 ? static_cast<size_t>(l2_.plane(1, part, rung) - l2_.plane(0, part, rung)) : 0;
+            g.num_layers > 1 ? static_cast<size_t>(l2_.plane(first + 1, part, rung) - l2_.plane(first, part, rung))
+                             : 0;
         v.records_slot_stride = l2_.record_stride(part);
         v.layout = l2_.layout(part, rung);
       }
@@ -391,6 +397,7 @@ class CudaEngine final : public CudaTransferEngine {
   DeviceKvPool& l1_;
   HostKvPool& l2_;
   const TransferEngineOptions options_;
+  const int first_layer_;
   PinnedHostMemory pinned_;  // first in, last out: unpinned after every stream is drained
   const std::vector<cuda::KernelShape> encode_, decode_;  // block shapes of backups and loads, per rung
   int parts_ = 0;
@@ -408,9 +415,12 @@ class CudaEngine final : public CudaTransferEngine {
 
 }  // namespace
 
-Result<std::unique_ptr<CudaTransferEngine>> make_cuda_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
-                                                                      TransferEngineOptions options) {
-  HIQ_RETURN_IF_ERROR(check_pools_match(l1, l2));
+namespace {
+
+// The engine over `l1` and L2's layers [first_layer, first_layer + L1's
+// layers), their geometries checked by the caller; pins L2 unless told not to.
+Result<std::unique_ptr<CudaTransferEngine>> make_engine(DeviceKvPool& l1, HostKvPool& l2, int first_layer, bool pin,
+                                                        TransferEngineOptions options) {
   if (options.max_inflight < 1) return invalid_argument("max_inflight must be at least 1");
   if (options.gpu_sms < 1) return invalid_argument("gpu_sms must be at least 1");
   HIQ_RETURN_IF_ERROR(cuda::require_gpu());
@@ -427,11 +437,38 @@ Result<std::unique_ptr<CudaTransferEngine>> make_cuda_transfer_engine(DeviceKvPo
     encode.push_back(e);
     decode.push_back(d);
   }
-  HIQ_ASSIGN_OR_RETURN(PinnedHostMemory pinned, PinnedHostMemory::pin(l2.plane(0, KvPart::kK), l2.reserved_bytes()));
-  auto engine =
-      std::make_unique<CudaEngine>(l1, l2, std::move(options), std::move(pinned), std::move(encode), std::move(decode));
+  PinnedHostMemory pinned;
+  if (pin) {
+    HIQ_ASSIGN_OR_RETURN(pinned, PinnedHostMemory::pin(l2.plane(0, KvPart::kK), l2.reserved_bytes()));
+  }
+  auto engine = std::make_unique<CudaEngine>(l1, l2, first_layer, std::move(options), std::move(pinned),
+                                             std::move(encode), std::move(decode));
   HIQ_RETURN_IF_ERROR(engine->init());
   return std::unique_ptr<CudaTransferEngine>(std::move(engine));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaTransferEngine>> make_cuda_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
+                                                                      TransferEngineOptions options) {
+  HIQ_RETURN_IF_ERROR(check_pools_match(l1, l2));
+  return make_engine(l1, l2, 0, /*pin=*/true, std::move(options));
+}
+
+Result<std::unique_ptr<CudaTransferEngine>> make_cuda_rank_transfer_engine(DeviceKvPool& l1, HostKvPool& l2,
+                                                                           int rank, int size,
+                                                                           TransferEngineOptions options) {
+  const KvGeometry& g = l1.geometry();
+  if (size < 1 || rank < 0 || rank >= size)
+    return invalid_argument("tensor-parallel rank " + std::to_string(rank) + " of " + std::to_string(size));
+  if (g.tp_size != size)
+    return invalid_argument("rank " + std::to_string(rank) + "'s L1 pool is of a tp_size " + std::to_string(g.tp_size) +
+                            " geometry, not " + std::to_string(size));
+  const KvGeometry all = tp_host_geometry(g), &host = l2.geometry();
+  if (host.num_layers != all.num_layers || host.row_shape(KvPart::kK) != all.row_shape(KvPart::kK) ||
+      host.row_shape(KvPart::kV) != all.row_shape(KvPart::kV))
+    return invalid_argument("the host pool does not hold every rank's records of this L1 pool's geometry");
+  return make_engine(l1, l2, rank * g.num_layers, /*pin=*/false, std::move(options));
 }
 
 }  // namespace hiq

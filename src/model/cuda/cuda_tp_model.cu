@@ -315,6 +315,8 @@ class CudaTpModelImpl final : public CudaTpModel {
     for (size_t r = 0; r < l1.size(); ++r)
       if (l1[r] == nullptr) return invalid_argument("tensor parallelism: rank " + std::to_string(r) + " has no pool");
     HIQ_RETURN_IF_ERROR(collective_->usable());
+    int current = 0;  // rank 0 runs on the caller's thread, which keeps its device
+    HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
     Pass pass(size());
     pass_ = &pass;
     ModelOutput out;
@@ -325,6 +327,7 @@ class CudaTpModelImpl final : public CudaTpModel {
       run_rank(0, *l1[0], batch, logits, before_attention, pass, &out);
     }  // joins the other ranks
     pass_ = nullptr;
+    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
     if (!pass.first_error.is_ok()) return pass.first_error;
     return out;
   }
@@ -334,6 +337,8 @@ class CudaTpModelImpl final : public CudaTpModel {
       return invalid_argument("tensor parallelism: " + std::to_string(buffers.size()) + " buffers for " +
                               std::to_string(models_.size()) + " ranks");
     HIQ_RETURN_IF_ERROR(collective_->usable());
+    int current = 0;
+    HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
     Pass pass(size());
     {
       std::vector<std::jthread> threads;
@@ -348,6 +353,7 @@ class CudaTpModelImpl final : public CudaTpModel {
       for (int r = 1; r < size(); ++r) threads.emplace_back(run, r);
       run(0);
     }
+    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
     return pass.first_error;
   }
 

@@ -43,19 +43,8 @@ class GpuModelTest : public ::testing::Test {
 
 using testing::relative_error;
 
-std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = pick(rng);
-  return t;
-}
-
-std::vector<SlotId> iota_slots(size_t n, SlotId first = 0) {
-  std::vector<SlotId> s(n);
-  std::iota(s.begin(), s.end(), first);
-  return s;
-}
+using testing::iota_slots;
+using testing::random_tokens;
 
 // Rows [first, last) of a [rows][vocab] logits matrix.
 std::span<const float> logit_rows(const std::vector<float>& logits, int vocab, size_t first, size_t last) {

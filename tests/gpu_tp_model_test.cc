@@ -51,19 +51,8 @@ TinyModel::Spec qwen3_like() {
   return spec;
 }
 
-std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = pick(rng);
-  return t;
-}
-
-std::vector<SlotId> iota_slots(size_t n, SlotId first = 0) {
-  std::vector<SlotId> s(n);
-  std::iota(s.begin(), s.end(), first);
-  return s;
-}
+using testing::iota_slots;
+using testing::random_tokens;
 
 // Every rank on GPU 0, through the peer collective.
 CudaTpOptions on_one_gpu(int size) {
@@ -174,53 +163,70 @@ TEST_F(GpuTpModelTest, ThePeerSumGivesTheSameBitsRunAfterRun) {
   EXPECT_EQ(first->logits, second->logits);
 }
 
+// The tiny model split over `size` ranks on GPU 0, a 64-token prompt, and
+// the logits of a pass that nothing disturbed (each failure test compares
+// the pass after its failure with them).
+struct SplitOnOneGpu {
+  SplitOnOneGpu(int size, uint32_t seed)
+      : tiny(qwen3_like()),
+        tokens(random_tokens(64, tiny.spec.vocab_size, seed)),
+        slots(iota_slots(tokens.size())) {
+    auto made = make_cuda_tp_model(tiny.shape, tiny.weights, size, on_one_gpu(size));
+    EXPECT_TRUE(made.is_ok()) << made.status().to_string();
+    if (!made) return;
+    model = std::move(*made);
+    gpu = gpu_rank_pools(*model, 256);
+    auto first = prefill(*model, gpu.pools, tokens, slots);
+    EXPECT_TRUE(first.is_ok()) << first.status().to_string();
+    if (first) good = std::move(first->logits);
+  }
+  bool ready() const { return model && !good.empty(); }
+  Result<ModelOutput> run(std::span<DeviceKvPool* const> pools, const BeforeRankAttention& hook = nullptr) {
+    return prefill(*model, pools, tokens, slots, 0, hook);
+  }
+
+  TinyModel tiny;
+  std::vector<int32_t> tokens;
+  std::vector<SlotId> slots;
+  std::unique_ptr<CudaTpModel> model;
+  GpuRankPools gpu;
+  std::vector<float> good;
+};
+
 TEST_F(GpuTpModelTest, AHookThatFailsOnOneRankFailsOnlyThatPass) {
-  const TinyModel tiny(qwen3_like());
-  auto model = make_cuda_tp_model(tiny.shape, tiny.weights, 2, on_one_gpu(2));
-  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
-  GpuRankPools gpu = gpu_rank_pools(**model, 256);
-  const std::vector<int32_t> tokens = random_tokens(64, tiny.spec.vocab_size, 3);
-  const std::vector<SlotId> slots = iota_slots(tokens.size());
-  auto good = prefill(**model, gpu.pools, tokens, slots);
-  ASSERT_TRUE(good.is_ok()) << good.status().to_string();
+  SplitOnOneGpu s(2, 3);
+  ASSERT_TRUE(s.ready());
   std::atomic<int> calls{0};
   const BeforeRankAttention fails_on_rank1 = [&](int rank, int layer, void*) {
     ++calls;
     return rank == 1 && layer == 1 ? internal_error("restore lost") : Status::ok();
   };
-  auto failed = prefill(**model, gpu.pools, tokens, slots, 0, fails_on_rank1);
+  auto failed = s.run(s.gpu.pools, fails_on_rank1);
   ASSERT_FALSE(failed.is_ok());
   EXPECT_EQ(failed.status().message(), "tensor-parallel rank 1: restore lost");
-  EXPECT_EQ(calls.load(), 2 * tiny.spec.num_layers) << "every rank ran every layer";
-  auto again = prefill(**model, gpu.pools, tokens, slots);
+  EXPECT_EQ(calls.load(), 2 * s.tiny.spec.num_layers) << "every rank ran every layer";
+  auto again = s.run(s.gpu.pools);
   ASSERT_TRUE(again.is_ok()) << again.status().to_string();
-  EXPECT_EQ(again->logits, good->logits);
+  EXPECT_EQ(again->logits, s.good);
 }
 
 TEST_F(GpuTpModelTest, ARankThatFailsLeavesTheOthersToStopAndTheNextPassRuns) {
-  const TinyModel tiny(qwen3_like());
-  auto model = make_cuda_tp_model(tiny.shape, tiny.weights, 4, on_one_gpu(4));
-  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
-  GpuRankPools gpu = gpu_rank_pools(**model, 256);
-  const std::vector<int32_t> tokens = random_tokens(64, tiny.spec.vocab_size, 4);
-  const std::vector<SlotId> slots = iota_slots(tokens.size());
-  auto good = prefill(**model, gpu.pools, tokens, slots);
-  ASSERT_TRUE(good.is_ok()) << good.status().to_string();
+  SplitOnOneGpu s(4, 4);
+  ASSERT_TRUE(s.ready());
   // Rank 2 gets a pool of the whole model's geometry: its pass fails before
   // its first sum, while the others have started theirs.
-  auto wrong = make_cuda_device_kv_pool(TinyModel::geometry_of(tiny.spec), 256);
+  auto wrong = make_cuda_device_kv_pool(TinyModel::geometry_of(s.tiny.spec), 256);
   ASSERT_TRUE(wrong.is_ok());
-  std::vector<DeviceKvPool*> pools = gpu.pools;
+  std::vector<DeviceKvPool*> pools = s.gpu.pools;
   pools[2] = wrong->get();
-  auto failed = prefill(**model, pools, tokens, slots);
+  auto failed = s.run(pools);
   ASSERT_FALSE(failed.is_ok());
   EXPECT_TRUE(failed.status().message().starts_with("tensor-parallel rank 2: ")) << failed.status().to_string();
-  auto again = prefill(**model, gpu.pools, tokens, slots);
+  auto again = s.run(s.gpu.pools);
   ASSERT_TRUE(again.is_ok()) << again.status().to_string();
-  EXPECT_EQ(again->logits, good->logits);
+  EXPECT_EQ(again->logits, s.good);
   // And a pool count that is not the ranks'.
-  EXPECT_EQ(prefill(**model, std::span(gpu.pools).first(3), tokens, slots).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.run(std::span(s.gpu.pools).first(3)).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(GpuTpModelTest, NcclRanksOnTwoGpusMatchThePeerRanks) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -137,6 +138,22 @@ inline ModelShape qwen3_8b_shape() {
   s.num_heads = 32;
   s.num_kv_heads = 8;
   s.head_dim = 128;
+  return s;
+}
+
+// n token ids drawn uniformly from [0, vocab) (seeded).
+inline std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = pick(rng);
+  return t;
+}
+
+// The L1 slots first, first + 1, …, first + n − 1.
+inline std::vector<SlotId> iota_slots(size_t n, SlotId first = 0) {
+  std::vector<SlotId> s(n);
+  std::iota(s.begin(), s.end(), first);
   return s;
 }
 

@@ -122,19 +122,7 @@ TEST_F(GpuModelTest, MatchesTransformersOnTheTinyCheckpoints) {
   }
 }
 
-// A Qwen3-shaped random model at the real head_dim (128) and GQA group (4).
-TinyModel::Spec qwen3_like() {
-  TinyModel::Spec spec;
-  spec.vocab_size = 512;
-  spec.hidden_size = 256;
-  spec.intermediate_size = 512;
-  spec.num_layers = 2;
-  spec.num_heads = 8;
-  spec.num_kv_heads = 2;
-  spec.head_dim = 128;
-  spec.bf16_values = true;  // the GPU holds exactly the weights the CPU reads
-  return spec;
-}
+using testing::qwen3_like;
 
 struct GpuModel {
   TinyModel tiny;

@@ -36,20 +36,9 @@ class GpuTpModelTest : public ::testing::Test {
   void SetUp() override { HIQ_SKIP_OR_FAIL_WITHOUT_GPU(); }
 };
 
-// Eight query heads over two KV heads, head_dim 128: two ranks split the KV
-// heads, four and eight replicate them.
-TinyModel::Spec qwen3_like() {
-  TinyModel::Spec spec;
-  spec.vocab_size = 512;
-  spec.hidden_size = 256;
-  spec.intermediate_size = 512;
-  spec.num_layers = 2;
-  spec.num_heads = 8;
-  spec.num_kv_heads = 2;
-  spec.head_dim = 128;
-  spec.bf16_values = true;
-  return spec;
-}
+// qwen3_like(): eight query heads over two KV heads of 128. Two ranks split
+// the KV heads; four and eight replicate them.
+using testing::qwen3_like;
 
 using testing::iota_slots;
 using testing::random_tokens;

@@ -141,6 +141,21 @@ inline ModelShape qwen3_8b_shape() {
   return s;
 }
 
+// A Qwen3-shaped random model at the real head_dim (128) and GQA group (4),
+// its weights BF16 values (what a GPU upload keeps exactly).
+inline TinyModelSpec qwen3_like() {
+  TinyModelSpec spec;
+  spec.vocab_size = 512;
+  spec.hidden_size = 256;
+  spec.intermediate_size = 512;
+  spec.num_layers = 2;
+  spec.num_heads = 8;
+  spec.num_kv_heads = 2;
+  spec.head_dim = 128;
+  spec.bf16_values = true;
+  return spec;
+}
+
 // n token ids drawn uniformly from [0, vocab) (seeded).
 inline std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -69,22 +70,34 @@ GpuRankPools gpu_rank_pools(const CudaTpModel& model, size_t slots) {
   return p;
 }
 
-// The first `steps` greedy tokens after `prompt`, one pass at a time, on fresh pools.
-std::vector<int32_t> greedy(CudaTpModel& model, std::vector<int32_t> tokens, int steps) {
-  GpuRankPools p = gpu_rank_pools(model, tokens.size() + static_cast<size_t>(steps));
-  const std::vector<SlotId> slots = iota_slots(tokens.size() + static_cast<size_t>(steps));
-  std::vector<int32_t> out;
+// Whether `served` is the split model's own greedy continuation of
+// `prompt` (run alone, one pass a step, on fresh pools), up to the first
+// near tie of its logits (5 % of their RMS) — past which the two cannot be
+// compared: a served step computes a few tokens on a cached prefix, the
+// direct one the whole prompt, through products of other shapes.
+::testing::AssertionResult is_greedy(CudaTpModel& model, std::vector<int32_t> tokens,
+                                     const std::vector<int32_t>& served) {
+  GpuRankPools p = gpu_rank_pools(model, tokens.size() + served.size());
+  const std::vector<SlotId> slots = iota_slots(tokens.size() + served.size());
   size_t first_new = 0;
-  for (int i = 0; i < steps; ++i) {
+  for (size_t step = 0; step < served.size(); ++step) {
     const ModelSequence seq{tokens, std::span(slots).first(tokens.size()), first_new};
-    auto result = model.forward(p.pools, std::span(&seq, 1), LogitsWanted::kNone);
-    EXPECT_TRUE(result.is_ok()) << result.status().to_string();
-    if (!result) return out;
-    out.push_back(result->next_tokens[0]);
+    auto r = model.forward(p.pools, std::span(&seq, 1), LogitsWanted::kLast);
+    if (!r) return ::testing::AssertionFailure() << r.status().to_string();
+    const int32_t direct = r->next_tokens[0];
+    if (direct != served[step]) {
+      double rms = 0;
+      for (float x : r->logits) rms += double{x} * x;
+      const double margin = 0.05 * std::sqrt(rms / static_cast<double>(r->logits.size()));
+      const double gap = r->logits[static_cast<size_t>(direct)] - r->logits[static_cast<size_t>(served[step])];
+      if (gap < margin) return ::testing::AssertionSuccess();
+      return ::testing::AssertionFailure() << "step " << step << ": served " << served[step] << ", direct " << direct
+                                           << " (logit gap " << gap << ", not a near tie)";
+    }
     first_new = tokens.size();
-    tokens.push_back(out.back());
+    tokens.push_back(direct);
   }
-  return out;
+  return ::testing::AssertionSuccess();
 }
 
 Result<ModelOutput> prefill(CudaTpModel& model, std::span<DeviceKvPool* const> pools, std::span<const int32_t> tokens,
@@ -247,7 +260,8 @@ TEST_F(GpuTpModelTest, NcclRanksOnTwoGpusMatchThePeerRanks) {
 // groups of 3 prompts (a shared 40-token prefix, a 6-token question), twice;
 // with 160 L1 slots the second pass restores the prefixes from L2 through
 // the ranks' transfer engines. BF16 records restore the computed KV, so
-// every request gets exactly the tokens of the split model run alone.
+// every request gets the tokens of the split model run alone (up to a near
+// tie).
 TEST_F(GpuTpModelTest, AStackServesAndRestoresOverRanksOnOneGpu) {
   ServeConfig c;
   c.model_dir = std::string(HIQ_TEST_MODELS_DIR) + "/tiny-qwen3";
@@ -282,7 +296,8 @@ TEST_F(GpuTpModelTest, AStackServesAndRestoresOverRanksOnOneGpu) {
             break;
           }
         ASSERT_TRUE(result.status.is_ok()) << result.status.to_string();
-        EXPECT_EQ(result.output, greedy(**direct, prompt, 4)) << "pass " << pass << ", request " << requests;
+        ASSERT_EQ(result.output.size(), 4u);
+        EXPECT_TRUE(is_greedy(**direct, prompt, result.output)) << "pass " << pass << ", request " << requests;
         restored += result.cached_l2_tokens;
         ++requests;
       }

@@ -526,6 +526,9 @@ TEST(TensorParallelServeConfig, PlacesCudaRanksOnGpusAndNamesABadPlacement) {
   EXPECT_TRUE(cuda.validate().is_ok()) << cuda.validate().to_string();
   cuda.tp_devices = {1};
   expect_error(Result<int>(cuda.validate()), StatusCode::kInvalidArgument, {"tp_devices list 1 GPU for 2 ranks"});
+  cuda.tp_size = 1;
+  cuda.tp_devices = {3};
+  expect_error(Result<int>(cuda.validate()), StatusCode::kInvalidArgument, {"tp_devices", "tp_size above 1"});
   ServeConfig cpu = tiny_qwen3_config(2);
   cpu.tp_devices = {0, 1};
   expect_error(Result<int>(cpu.validate()), StatusCode::kInvalidArgument, {"tp_devices", "needs device cuda"});

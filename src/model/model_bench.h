@@ -119,7 +119,7 @@ struct TpBenchReport {
     int tokens = 0;   // prefill: the prompt; decode: the batch
     int context = 0;  // decode: each sequence's context
     double seconds = 0;             // a pass (prefill) or a step (decode), split over the ranks
-    size_t all_reduce_bytes = 0;    // one sum's: rows × hidden × 2
+    size_t all_reduce_bytes = 0;    // one sum's: rows (a decode batch's bucket) × hidden × 2
     double all_reduce_seconds = 0;  // the collective alone at that size (median)
     int all_reduces = 0;            // per pass: two a layer
     double one_gpu_seconds = 0;     // the whole model on one GPU; 0 when it did not fit

@@ -57,6 +57,8 @@ Status ServeConfig::validate() const {
   if (tp_size < 1 || tp_size > kMaxTpSize)
     return invalid_argument("tp_size must be in [1, " + std::to_string(kMaxTpSize) + "], got " +
                             std::to_string(tp_size));
+  if (!tp_devices.empty() && tp_size == 1)
+    return invalid_argument("tp_devices place tensor-parallel ranks: they need tp_size above 1");
   if (device == "cuda") {
     const Status tp = tp_options().validate(tp_size);
     if (!tp.is_ok() && tp.message().starts_with("devices")) return invalid_argument("tp_" + tp.message());

@@ -64,6 +64,8 @@ std::string ms(double seconds) { return format_fixed(seconds * 1e3, 2); }
 Result<CudaTpOptions> build_tp_options(const ModelBenchFlags& f) {
   CudaTpOptions tp;
   HIQ_RETURN_IF_ERROR(apply_tp_flags(f.tp, tp.devices, tp.collective));
+  if (!tp.devices.empty() && f.tp_size == 1)
+    return invalid_argument("--tp-devices place tensor-parallel ranks: they need --tp-size above 1");
   tp.model = f.cuda;
   const Status valid = tp.validate(f.tp_size);
   if (!valid.is_ok() && valid.message().starts_with("devices")) return invalid_argument("--tp-" + valid.message());

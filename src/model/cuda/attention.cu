@@ -4,6 +4,8 @@
 // through shared memory (gathered from L1 by slot, two stages deep with
 // cp.async), and the softmax runs online, so no score matrix is ever stored.
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cfloat>
 
 #include "cuda/check.cuh"
@@ -316,14 +318,28 @@ bool attention_head_dim_supported(int head_dim) {
 
 namespace {
 
-// Compute capability 9.0 (the sm_90a code of attention_sm90.cu runs on it and nowhere else).
-bool current_device_is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
+// Compute capability 9.0 (the sm_90a code of attention_sm90.cu runs on it and
+// nowhere else), asked once per device (a tensor-parallel process runs on several).
+bool device_is_sm90(int device) {
+  int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
     return false;
   return major == 9 && minor == 0;
+}
+
+bool current_device_is_sm90() {
+  constexpr int kDevices = 64;
+  static std::array<std::atomic<int8_t>, kDevices> known{};  // 0: not asked yet, 1: no, 2: yes
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (device < 0 || device >= kDevices) return device_is_sm90(device);
+  int8_t k = known[static_cast<size_t>(device)].load(std::memory_order_relaxed);
+  if (k == 0) {
+    k = device_is_sm90(device) ? 2 : 1;
+    known[static_cast<size_t>(device)].store(k, std::memory_order_relaxed);
+  }
+  return k == 2;
 }
 
 }  // namespace
@@ -335,8 +351,7 @@ AttentionKernel attention_kernel_for(const AttentionArgs& a, int multiprocessors
   const long row_tiles = (static_cast<long>(a.max_q_len) * (a.heads / a.kv_heads) + kSm90Rows - 1) / kSm90Rows;
   // Its blocks must fill the GPU on their own: it cannot split the context.
   if (row_tiles * a.num_sequences * a.kv_heads < multiprocessors) return AttentionKernel::kPortable;
-  static const bool sm90 = current_device_is_sm90();
-  return sm90 ? AttentionKernel::kSm90 : AttentionKernel::kPortable;
+  return current_device_is_sm90() ? AttentionKernel::kSm90 : AttentionKernel::kPortable;
 }
 
 int attention_splits(const AttentionArgs& a, int multiprocessors) {

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <barrier>
 #include <mutex>
+#include <functional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -35,12 +37,16 @@ using bf16 = __nv_bfloat16;
 // at each meeting, and the first error. A failing rank drops out of the
 // barrier, so the others never wait for it and stop at their next meeting.
 struct Pass {
-  explicit Pass(int ranks) : barrier(ranks) {}
+  // `reduces`: the sums each rank makes in the pass.
+  Pass(int ranks, int reduces) : barrier(ranks), reduces(reduces), made(static_cast<size_t>(ranks), 0) {}
 
   bool meet() {
     barrier.arrive_and_wait();
     return !failed.load();
   }
+  // Counts rank r's sum; whether it is the rank's last of the pass (no
+  // meeting follows it).
+  bool last_reduce(int r) { return ++made[static_cast<size_t>(r)] == reduces; }
   // Leaves the meetings for good (a rank whose pass ended in error).
   void leave(Status status) {
     record(std::move(status));
@@ -57,6 +63,8 @@ struct Pass {
   std::atomic<bool> failed{false};
   std::mutex mutex;
   Status first_error;
+  const int reduces;
+  std::vector<int> made;  // per rank, touched by its thread alone
 };
 
 Status rank_error(int rank, const Status& status) {
@@ -214,15 +222,23 @@ class NcclCollective final : public Collective {
   }
   ~NcclCollective() override { destroy(); }
 
+  // A rank whose enqueue fails marks the communicators broken; the others
+  // have enqueued theirs, which would wait on the device forever. They are
+  // aborted at the next meeting, when no rank is inside an NCCL call: the
+  // next sum's, or, after a pass's last sum, one more meeting held for that.
   Status reduce(int r, bf16* partial, size_t elements, cudaStream_t stream, Pass& pass) override {
-    if (!pass.meet()) return failed_precondition("another rank failed");
+    if (!pass.meet()) {
+      abort_if_broken();
+      return failed_precondition("another rank failed");
+    }
     // In place; NCCL adds in BF16 along its ring or tree.
     const Status status = api_.check(api_.all_reduce(partial, partial, elements, ncclBfloat16, ncclSum,
                                                      comms_[static_cast<size_t>(r)], stream),
                                      "ncclAllReduce");
-    if (!status.is_ok() && !broken_.exchange(true)) {
-      // The other ranks enqueued theirs: abort, so that none waits for this one.
-      for (ncclComm_t comm : comms_) (void)api_.comm_abort(comm);
+    if (!status.is_ok()) broken_.store(true);
+    if (pass.last_reduce(r)) {
+      (void)pass.meet();
+      abort_if_broken();
     }
     return status;
   }
@@ -244,8 +260,12 @@ class NcclCollective final : public Collective {
     comms_ = std::move(comms);
     return Status::ok();
   }
+  void abort_if_broken() {
+    if (!broken_.load() || aborted_.exchange(true)) return;
+    for (ncclComm_t comm : comms_) (void)api_.comm_abort(comm);
+  }
   void destroy() {
-    if (!broken_.load())  // an aborted communicator is freed already
+    if (!aborted_.load())  // an aborted communicator is freed already
       for (ncclComm_t comm : comms_) (void)api_.comm_destroy(comm);
     comms_.clear();
   }
@@ -253,7 +273,8 @@ class NcclCollective final : public Collective {
   const NcclApi& api_;
   std::vector<int> devices_;
   std::vector<ncclComm_t> comms_;
-  std::atomic<bool> broken_{false};  // aborted: the communicators are gone
+  std::atomic<bool> broken_{false};   // an enqueue failed: no pass may use the communicators
+  std::atomic<bool> aborted_{false};  // and they are gone
 };
 #endif
 
@@ -315,19 +336,13 @@ class CudaTpModelImpl final : public CudaTpModel {
     for (size_t r = 0; r < l1.size(); ++r)
       if (l1[r] == nullptr) return invalid_argument("tensor parallelism: rank " + std::to_string(r) + " has no pool");
     HIQ_RETURN_IF_ERROR(collective_->usable());
-    int current = 0;  // rank 0 runs on the caller's thread, which keeps its device
-    HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
-    Pass pass(size());
+    Pass pass(size(), 2 * shape_.num_layers);  // o_proj's and down_proj's sums, every layer
     pass_ = &pass;
     ModelOutput out;
-    {
-      std::vector<std::jthread> threads;
-      for (int r = 1; r < size(); ++r)
-        threads.emplace_back([&, r] { run_rank(r, *l1[static_cast<size_t>(r)], batch, logits, before_attention, pass, nullptr); });
-      run_rank(0, *l1[0], batch, logits, before_attention, pass, &out);
-    }  // joins the other ranks
+    HIQ_RETURN_IF_ERROR(run_ranks(pass, [&](int r) {
+      run_rank(r, *l1[static_cast<size_t>(r)], batch, logits, before_attention, pass, r == 0 ? &out : nullptr);
+    }));
     pass_ = nullptr;
-    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
     if (!pass.first_error.is_ok()) return pass.first_error;
     return out;
   }
@@ -337,23 +352,15 @@ class CudaTpModelImpl final : public CudaTpModel {
       return invalid_argument("tensor parallelism: " + std::to_string(buffers.size()) + " buffers for " +
                               std::to_string(models_.size()) + " ranks");
     HIQ_RETURN_IF_ERROR(collective_->usable());
-    int current = 0;
-    HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
-    Pass pass(size());
-    {
-      std::vector<std::jthread> threads;
-      const auto run = [&](int r) {
-        const auto stream = static_cast<cudaStream_t>(models_[static_cast<size_t>(r)]->stream());
-        Status status = cuda::cuda_status(cudaSetDevice(devices_[static_cast<size_t>(r)]), "cudaSetDevice");
-        if (status.is_ok())
-          status = collective_->reduce(r, static_cast<bf16*>(buffers[static_cast<size_t>(r)]), elements, stream, pass);
-        if (status.is_ok()) status = cuda::cuda_status(cudaStreamSynchronize(stream), "all-reduce");
-        if (!status.is_ok()) pass.leave(rank_error(r, status));
-      };
-      for (int r = 1; r < size(); ++r) threads.emplace_back(run, r);
-      run(0);
-    }
-    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
+    Pass pass(size(), 1);
+    HIQ_RETURN_IF_ERROR(run_ranks(pass, [&](int r) {
+      const auto stream = static_cast<cudaStream_t>(models_[static_cast<size_t>(r)]->stream());
+      Status status = cuda::cuda_status(cudaSetDevice(devices_[static_cast<size_t>(r)]), "cudaSetDevice");
+      if (status.is_ok())
+        status = collective_->reduce(r, static_cast<bf16*>(buffers[static_cast<size_t>(r)]), elements, stream, pass);
+      if (status.is_ok()) status = cuda::cuda_status(cudaStreamSynchronize(stream), "all-reduce");
+      if (!status.is_ok()) pass.leave(rank_error(r, status));
+    }));
     return pass.first_error;
   }
 
@@ -381,6 +388,44 @@ class CudaTpModelImpl final : public CudaTpModel {
   };
 
   CudaTpModelImpl() = default;
+
+ public:
+  // Each rank's model goes with its own GPU current (its streams, cuBLAS
+  // handles and memory are that device's).
+  ~CudaTpModelImpl() override {
+    int current = 0;
+    (void)cudaGetDevice(&current);
+    for (size_t r = 0; r < models_.size(); ++r) {
+      (void)cudaSetDevice(devices_[r]);
+      models_[r].reset();
+    }
+    (void)cudaSetDevice(current);
+  }
+
+ private:
+  // Runs `rank(r)` for every rank, rank 0 on the calling thread (whose device
+  // it restores), the others on threads of their own, and joins them. A
+  // thread that cannot start fails the pass: the ranks it leaves out leave
+  // the meetings, so the started ones do not wait for them.
+  Status run_ranks(Pass& pass, const std::function<void(int)>& rank) {
+    int current = 0;
+    HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+    {
+      std::vector<std::jthread> threads;
+      int started = 1;
+      try {
+        for (; started < size(); ++started) threads.emplace_back(rank, started);
+      } catch (const std::system_error& e) {
+        const Status error = resource_exhausted(std::string("tensor parallelism: a rank's thread: ") + e.what());
+        for (int r = started; r < size(); ++r) pass.leave(error);
+        pass.leave(error);  // rank 0's
+        started = -1;
+      }
+      if (started >= 0) rank(0);
+    }  // joins the other ranks
+    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
+    return Status::ok();
+  }
 
   void run_rank(int r, DeviceKvPool& l1, std::span<const ModelSequence> batch, LogitsWanted logits,
                 const BeforeRankAttention& before_attention, Pass& pass, ModelOutput* out) {

@@ -88,8 +88,21 @@ Result<std::vector<double>> time_rows(const Forward& forward, const ModelShape& 
   return seconds;
 }
 
+// Restores the device that was current when it was made.
+class RestoreDevice {
+ public:
+  RestoreDevice() { (void)cudaGetDevice(&device_); }
+  ~RestoreDevice() { (void)cudaSetDevice(device_); }
+  RestoreDevice(const RestoreDevice&) = delete;
+  RestoreDevice& operator=(const RestoreDevice&) = delete;
+
+ private:
+  int device_ = 0;
+};
+
 // Bytes per second of a 256 MiB copy from device `from` to device `to`.
 Result<double> copy_bandwidth(int from, int to, double budget) {
+  const RestoreDevice restore;
   constexpr size_t kBytes = size_t{256} << 20;
   HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(from));
   HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory source, cuda::device_alloc(kBytes, "copy source"));
@@ -102,6 +115,13 @@ Result<double> copy_bandwidth(int from, int to, double budget) {
   return static_cast<double>(kBytes) / seconds;
 }
 
+// The rows a pass of this row sums: a decode batch runs at its bucket's size.
+size_t summed_rows(const TpBenchReport::Row& row, const CudaModelOptions& cuda) {
+  if (!row.decode) return static_cast<size_t>(row.tokens);
+  const int bucket = decode_batch_bucket(row.tokens, cuda.cuda_graph_max_batch);
+  return static_cast<size_t>(bucket > 0 ? bucket : row.tokens);
+}
+
 }  // namespace
 
 Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelShape& shape,
@@ -109,8 +129,7 @@ Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelS
                                          const ModelBenchOptions& o,
                                          const std::function<void(size_t, size_t)>& progress) {
   HIQ_ASSIGN_OR_RETURN(const std::vector<cuda::GpuInfo> gpus, cuda::query_gpus());
-  int current = 0;
-  HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  const RestoreDevice restore;
   const size_t row_count = o.prefill_tokens.size() + o.decode_batches.size();
   size_t done = 0;
   const auto tick = [&] {
@@ -140,8 +159,7 @@ Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelS
     std::vector<cuda::DeviceMemory> sums;
     std::vector<void*> sum_pointers;
     size_t most_rows = 1;
-    for (int n : o.prefill_tokens) most_rows = std::max(most_rows, static_cast<size_t>(n));
-    for (int b : o.decode_batches) most_rows = std::max(most_rows, static_cast<size_t>(b));
+    for (const TpBenchReport::Row& row : report.rows) most_rows = std::max(most_rows, summed_rows(row, o.cuda));
     GeometryOptions geometry;
     geometry.tp_size = tp_size;
     HIQ_ASSIGN_OR_RETURN(const KvGeometry rank_geometry,
@@ -158,7 +176,6 @@ Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelS
       sum_pointers.push_back(sum.get());
       sums.push_back(std::move(sum));
     }
-    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
     const Forward forward = [&](std::span<const ModelSequence> batch) {
       return model->forward(pools, batch, LogitsWanted::kNone);
     };
@@ -166,7 +183,7 @@ Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelS
     for (size_t i = 0; i < report.rows.size(); ++i) {
       TpBenchReport::Row& row = report.rows[i];
       row.seconds = seconds[i];
-      const size_t elements = static_cast<size_t>(row.tokens) * static_cast<size_t>(shape.hidden_size);
+      const size_t elements = summed_rows(row, o.cuda) * static_cast<size_t>(shape.hidden_size);
       row.all_reduce_bytes = elements * 2;
       row.all_reduces = 2 * shape.num_layers;
       HIQ_ASSIGN_OR_RETURN(row.all_reduce_seconds, median_seconds(o.seconds_per_measurement, [&] {
@@ -185,12 +202,9 @@ Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelS
     const Forward forward = [&](std::span<const ModelSequence> batch) {
       return (*one)->forward(**l1, batch, LogitsWanted::kNone);
     };
-    auto seconds = time_rows(forward, shape, o, tick);
-    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
-    HIQ_RETURN_IF_ERROR(seconds.status());
-    for (size_t i = 0; i < report.rows.size(); ++i) report.rows[i].one_gpu_seconds = (*seconds)[i];
+    HIQ_ASSIGN_OR_RETURN(const std::vector<double> seconds, time_rows(forward, shape, o, tick));
+    for (size_t i = 0; i < report.rows.size(); ++i) report.rows[i].one_gpu_seconds = seconds[i];
   } else {
-    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
     const Status why = one ? l1.status() : one.status();
     if (why.code() != StatusCode::kResourceExhausted) return why;
     report.one_gpu_note = "the whole model does not fit one GPU: " + why.message();

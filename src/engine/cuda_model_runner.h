@@ -15,10 +15,9 @@
 #pragma once
 
 #include <chrono>
-
-#include "engine/model_runner.h"
 #include <vector>
 
+#include "engine/model_runner.h"
 #include "model/cuda_model.h"
 #include "model/cuda_tp_model.h"
 #include "transfer/cuda_transfer_engine.h"

@@ -88,7 +88,8 @@ std::string to_json(const TpBenchReport& r) {
                         {"one_gpu_note", r.one_gpu_note},
                         {"rows", nlohmann::json::array()}};
   for (const auto& row : r.rows) {
-    const double algbw = row.all_reduce_seconds > 0 ? static_cast<double>(row.all_reduce_bytes) / row.all_reduce_seconds : 0.0;
+    const double algbw =
+        row.all_reduce_seconds > 0 ? static_cast<double>(row.all_reduce_bytes) / row.all_reduce_seconds : 0.0;
     out["rows"].push_back({{"kind", row.decode ? "decode" : "prefill"},
                            {"tokens", row.tokens},
                            {"context", row.context},

@@ -167,7 +167,8 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
     for (int r = 0; r < cuda_tp->size(); ++r) devices.push_back(cuda_tp->device(r));
     HIQ_ASSIGN_OR_RETURN(s->l1_, make_cuda_device_kv_pool(devices[0], geometry, slots));
     for (int r = 1; r < cuda_tp->size(); ++r) {
-      HIQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> pool, make_cuda_device_kv_pool(devices[static_cast<size_t>(r)], geometry, slots));
+      HIQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKvPool> pool,
+                           make_cuda_device_kv_pool(devices[static_cast<size_t>(r)], geometry, slots));
       s->other_ranks_l1_.push_back(std::move(pool));
     }
   } else if (cuda) {

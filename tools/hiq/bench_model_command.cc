@@ -80,11 +80,12 @@ int print_tp_report(const TpBenchReport& r, bool json) {
     return 0;
   }
   std::cout << "tp " << r.tp_size << " over GPUs";
-  for (size_t i = 0; i < r.devices.size(); ++i) std::cout << (i ? ", " : " ") << r.devices[i] << " (" << r.gpus[i] << ")";
+  for (size_t i = 0; i < r.devices.size(); ++i)
+    std::cout << (i ? ", " : " ") << r.devices[i] << " (" << r.gpus[i] << ")";
   std::cout << "; collective " << tp_collective_name(r.collective) << "; weights "
             << format_fixed(static_cast<double>(r.weight_bytes) / 1e9, 2) << " GB in all; copy GPU " << r.devices[0]
-            << " → " << r.devices[r.devices.size() > 1 ? 1 : 0] << " " << format_fixed(r.peer_copy_bytes_per_s / 1e9, 1)
-            << " GB/s\n";
+            << " → " << r.devices[r.devices.size() > 1 ? 1 : 0] << " "
+            << format_fixed(r.peer_copy_bytes_per_s / 1e9, 1) << " GB/s\n";
   if (!r.one_gpu_note.empty()) std::cout << r.one_gpu_note << '\n';
   std::cout << '\n';
   Table rows({"pass", "tp ms", "one GPU ms", "speedup", "all-reduce bytes", "all-reduce us", "busbw GB/s",

@@ -157,8 +157,8 @@ class PeerCollective final : public Collective {
     if (!pass.meet()) return failed_precondition("another rank failed");
     for (size_t q = 0; q < ranks_.size(); ++q)
       if (static_cast<int>(q) != r) HIQ_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, ranks_[q].done.get(), 0));
-    return cuda::cuda_status(
-        cudaMemcpyAsync(partial, sum, elements * sizeof(bf16), cudaMemcpyDeviceToDevice, stream), "tensor-parallel sum");
+    return cuda::cuda_status(cudaMemcpyAsync(partial, sum, elements * sizeof(bf16), cudaMemcpyDeviceToDevice, stream),
+                             "tensor-parallel sum");
   }
 
  private:

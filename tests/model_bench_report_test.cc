@@ -91,5 +91,49 @@ TEST(ModelBenchReport, JsonWithGraphsOffHasTheEagerStepOnly) {
   EXPECT_DOUBLE_EQ(j["decode"][0]["step_seconds"].get<double>(), 0.006);
 }
 
+// `hiq bench model --tp-size N`: each row against one GPU, and the
+// collective alone as nccl-tests reports it (bus bandwidth 2(N − 1)/N of
+// the algorithm's).
+TEST(TpBenchReport, JsonCarriesTheSpeedupAndTheCollectivesBandwidths) {
+  TpBenchReport r;
+  r.tp_size = 4;
+  r.collective = TpCollective::kNccl;
+  r.devices = {0, 1, 2, 3};
+  r.gpus = {"a", "b", "c", "d"};
+  TpBenchReport::Row prefill;
+  prefill.tokens = 2048;
+  prefill.seconds = 0.020;
+  prefill.one_gpu_seconds = 0.060;
+  prefill.all_reduce_bytes = 2048 * 5120 * 2;
+  prefill.all_reduce_seconds = 1e-4;
+  prefill.all_reduces = 128;
+  TpBenchReport::Row decode;
+  decode.decode = true;
+  decode.tokens = 8;
+  decode.context = 2048;
+  decode.seconds = 0.010;
+  decode.all_reduce_bytes = 8 * 5120 * 2;
+  decode.all_reduce_seconds = 2e-5;
+  decode.all_reduces = 128;
+  r.rows = {prefill, decode};
+  r.one_gpu_note = "";
+  const nlohmann::json j = nlohmann::json::parse(to_json(r));
+  EXPECT_EQ(j["collective"], "nccl");
+  EXPECT_EQ(j["devices"].size(), 4u);
+  const auto& p = j["rows"][0];
+  EXPECT_EQ(p["kind"], "prefill");
+  EXPECT_DOUBLE_EQ(p["speedup"].get<double>(), 3.0);
+  const double algbw = 2048.0 * 5120 * 2 / 1e-4;
+  EXPECT_DOUBLE_EQ(p["all_reduce"]["algbw_bytes_per_s"].get<double>(), algbw);
+  EXPECT_DOUBLE_EQ(p["all_reduce"]["busbw_bytes_per_s"].get<double>(), algbw * 2 * 3 / 4);
+  EXPECT_DOUBLE_EQ(p["all_reduce"]["share_of_pass"].get<double>(), 128 * 1e-4 / 0.020);
+  // A model that did not fit one GPU has no reference: null, not zero.
+  const auto& d = j["rows"][1];
+  EXPECT_EQ(d["kind"], "decode");
+  EXPECT_EQ(d["context"], 2048);
+  EXPECT_TRUE(d["one_gpu_seconds"].is_null());
+  EXPECT_TRUE(d["speedup"].is_null());
+}
+
 }  // namespace
 }  // namespace hiq

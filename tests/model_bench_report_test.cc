@@ -133,6 +133,21 @@ TEST(TpBenchReport, JsonCarriesTheSpeedupAndTheCollectivesBandwidths) {
   EXPECT_EQ(d["context"], 2048);
   EXPECT_TRUE(d["one_gpu_seconds"].is_null());
   EXPECT_TRUE(d["speedup"].is_null());
+  EXPECT_TRUE(j["restore"].empty());
+
+  // A restore row: each rank moves its share of the bytes.
+  TpBenchReport::Restore x;
+  x.codec = CodecKind::kInt8;
+  x.tokens = 1920;
+  x.seconds = 2e-3;
+  x.bytes = 4000000;
+  x.copy_seconds = 1e-3;
+  r.restore = {x};
+  const nlohmann::json k = nlohmann::json::parse(to_json(r));
+  EXPECT_EQ(k["restore"][0]["codec"], "int8");
+  EXPECT_DOUBLE_EQ(k["restore"][0]["per_rank_bytes_per_s"].get<double>(), 1e6 / 2e-3);
+  EXPECT_DOUBLE_EQ(k["restore"][0]["copy_bytes_per_s"].get<double>(), 1e6 / 1e-3);
+  EXPECT_DOUBLE_EQ(k["restore"][0]["ratio_to_copy"].get<double>(), 0.5);
 }
 
 }  // namespace

@@ -126,12 +126,26 @@ struct TpBenchReport {
   };
   std::vector<Row> rows;
   std::string one_gpu_note;  // why there is no one-GPU reference, when there is none
+  // Restores through the ranks' transfer engines (make_cuda_tp_transfer_engine):
+  // `tokens` of a prefilled prompt backed up to one host pool of every rank's
+  // records, then loaded back into other L1 slots, each rank its own part at
+  // once; against a pinned host-to-device copy of one rank's bytes on rank
+  // 0's GPU, alone, in the same run.
+  struct Restore {
+    CodecKind codec = CodecKind::kBf16;
+    int tokens = 0;
+    double seconds = 0;       // submission to every rank's last layer in L1 (median)
+    size_t bytes = 0;         // records read from L2, every rank's
+    double copy_seconds = 0;  // the pinned copy of bytes / tp_size
+  };
+  std::vector<Restore> restore;
 };
 
 std::string to_json(const TpBenchReport& report);
 
 // Needs tp_size usable GPUs (or one, with the peer collective and every
-// rank placed on it); the restore rows of `options` are not run.
+// rank placed on it). The restore rows time the transfers alone (their
+// codecs and restore_prefix from `options`), not a forward pass over them.
 Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelShape& shape,
                                          const CpuModelWeights& weights, int tp_size, const CudaTpOptions& tp,
                                          const ModelBenchOptions& options,

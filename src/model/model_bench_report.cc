@@ -105,6 +105,18 @@ std::string to_json(const TpBenchReport& r) {
                              {"algbw_bytes_per_s", algbw},
                              {"busbw_bytes_per_s", algbw * 2 * (n - 1) / n}}}});
   }
+  out["restore"] = nlohmann::json::array();
+  for (const auto& x : r.restore) {
+    const double per_rank = static_cast<double>(x.bytes) / n;
+    out["restore"].push_back({{"codec", std::string(codec_name(x.codec))},
+                              {"tokens", x.tokens},
+                              {"seconds", x.seconds},
+                              {"bytes", x.bytes},
+                              {"per_rank_bytes_per_s", per_rank / x.seconds},
+                              {"copy_seconds", x.copy_seconds},
+                              {"copy_bytes_per_s", per_rank / x.copy_seconds},
+                              {"ratio_to_copy", x.copy_seconds / x.seconds}});
+  }
   return out.dump(2);
 }
 

@@ -102,6 +102,16 @@ int print_tp_report(const TpBenchReport& r, bool json) {
                   format_fixed(100 * row.all_reduces * row.all_reduce_seconds / row.seconds, 1) + " %"});
   }
   rows.print(std::cout);
+  if (r.restore.empty()) return 0;
+  std::cout << '\n';
+  Table restore({"codec", "tokens", "restore ms", "per rank GB/s", "pinned copy GB/s", "restore / copy"});
+  for (const auto& x : r.restore) {
+    const double per_rank = static_cast<double>(x.bytes) / n;
+    restore.add_row({std::string(codec_name(x.codec)), std::to_string(x.tokens), ms(x.seconds),
+                     format_fixed(per_rank / x.seconds / 1e9, 1), format_fixed(per_rank / x.copy_seconds / 1e9, 1),
+                     format_fixed(x.copy_seconds / x.seconds, 2)});
+  }
+  restore.print(std::cout);
   return 0;
 }
 
@@ -194,8 +204,8 @@ std::function<int()> add_bench_model_command(CLI::App& bench) {
   app->add_option("--seconds", f->seconds, "Repeat each measurement about this long")->capture_default_str();
   add_cuda_graph_flags(app, f->cuda);
   app->add_option("--tp-size", f->tp_size,
-                  "Tensor-parallel ranks, one thread and GPU each; above 1 the rows are set against one GPU "
-                  "(restore rows are not run)")
+                  "Tensor-parallel ranks, one thread and GPU each; above 1 the rows are set against one GPU, and "
+                  "the restore rows time each rank's transfers")
       ->capture_default_str()
       ->check(CLI::Range(1, 8));
   add_tp_flags(app, f->tp);

@@ -1,6 +1,7 @@
 // `hiq bench model --tp-size N` (model/model_bench.h): the tensor-parallel
 // model's rows, the same rows on one GPU, and the collective alone.
 #include <algorithm>
+#include <cstring>
 #include <functional>
 
 #include "core/median_time.h"
@@ -10,10 +11,12 @@
 #include "kv/geometry.h"
 #include "kv/model_config.h"
 #include "memory/cuda_device_kv_pool.h"
+#include "memory/host_kv_pool.h"
 #include "model/cuda/bench_util.h"
 #include "model/cuda_model.h"
 #include "model/cuda_tp_model.h"
 #include "model/model_bench.h"
+#include "transfer/cuda_transfer_engine.h"
 
 namespace hiq {
 namespace {
@@ -27,7 +30,7 @@ using Forward = std::function<Result<ModelOutput>(std::span<const ModelSequence>
 constexpr int kDecodeHeadroom = 256;  // decode steps a measurement may take (median_seconds: ≤ 201)
 
 size_t slots_needed(const ModelBenchOptions& o) {
-  size_t slots = 1;
+  size_t slots = o.restore_codecs.empty() ? 1 : static_cast<size_t>(o.restore_prompt + o.restore_prefix);
   for (int n : o.prefill_tokens) slots = std::max(slots, static_cast<size_t>(n));
   for (int b : o.decode_batches)
     slots = std::max(slots, static_cast<size_t>(b) * static_cast<size_t>(o.decode_context + kDecodeHeadroom));
@@ -115,11 +118,66 @@ Result<double> copy_bandwidth(int from, int to, double budget) {
   return static_cast<double>(kBytes) / seconds;
 }
 
+// Seconds of a pinned host-to-device copy of `bytes` on the current GPU (median).
+Result<double> pinned_copy_seconds(size_t bytes, double budget) {
+  HIQ_ASSIGN_OR_RETURN(cuda::PinnedMemory host, cuda::pinned_alloc(bytes, "copy source"));
+  HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory device, cuda::device_alloc(bytes, "copy target"));
+  std::memset(host.get(), 0x5a, bytes);
+  return median_seconds(budget, [&]() -> Status {
+    HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(device.get(), host.get(), bytes, cudaMemcpyHostToDevice));
+    return Status::ok();
+  });
+}
+
 // The rows a pass of this row sums: a decode batch runs at its bucket's size.
 size_t summed_rows(const TpBenchReport::Row& row, const CudaModelOptions& cuda) {
   if (!row.decode) return static_cast<size_t>(row.tokens);
   const int bucket = decode_batch_bucket(row.tokens, cuda.cuda_graph_max_batch);
   return static_cast<size_t>(bucket > 0 ? bucket : row.tokens);
+}
+
+// The restore rows: a prompt prefilled over the ranks, its first
+// restore_prefix tokens backed up through each codec and loaded back into
+// other slots of every rank's pool.
+Result<std::vector<TpBenchReport::Restore>> time_restores(CudaTpModel& model, std::span<DeviceKvPool* const> pools,
+                                                          const KvGeometry& rank_geometry, const ModelShape& shape,
+                                                          const ModelBenchOptions& o) {
+  const auto prompt_len = static_cast<size_t>(o.restore_prompt), prefix = static_cast<size_t>(o.restore_prefix);
+  const std::vector<int32_t> prompt = random_prompt(prompt_len, shape.vocab_size, 7);
+  const std::vector<SlotId> prompt_slots = slot_range(prompt_len, 0), load_slots = slot_range(prefix, prompt_len);
+  const std::vector<SlotId> l2_slots = slot_range(prefix, 0);
+  const ModelSequence seq{prompt, prompt_slots, 0};
+  HIQ_RETURN_IF_ERROR(model.forward(pools, std::span(&seq, 1), LogitsWanted::kNone).status());
+  std::vector<int> devices;
+  for (int r = 0; r < model.size(); ++r) devices.push_back(model.device(r));
+  std::vector<TpBenchReport::Restore> rows;
+  for (CodecKind codec : o.restore_codecs) {
+    HostKvPoolOptions l2_options;
+    l2_options.codec = codec;
+    l2_options.capacity_tokens = prefix + 64;
+    HIQ_ASSIGN_OR_RETURN(std::unique_ptr<HostKvPool> l2,
+                         HostKvPool::create(tp_host_geometry(rank_geometry), l2_options, pools[0]->num_slots()));
+    HIQ_ASSIGN_OR_RETURN(std::unique_ptr<CudaTpTransferEngine> engine,
+                         make_cuda_tp_transfer_engine(pools, devices, *l2));
+    HIQ_ASSIGN_OR_RETURN(const Ticket backup, engine->backup(std::span(prompt_slots).first(prefix), l2_slots));
+    HIQ_RETURN_IF_ERROR(engine->wait(backup));
+    (void)engine->poll();  // acknowledge it: the engine holds a bounded number of operations
+    TpBenchReport::Restore row;
+    row.codec = codec;
+    row.tokens = o.restore_prefix;
+    row.bytes = prefix * l2->bytes_per_token();
+    HIQ_ASSIGN_OR_RETURN(row.seconds, median_seconds(o.seconds_per_measurement, [&]() -> Status {
+      HIQ_ASSIGN_OR_RETURN(const Ticket load, engine->load(l2_slots, load_slots));
+      const Status status = engine->wait(load);
+      (void)engine->poll();
+      return status;
+    }));
+    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(devices[0]));
+    HIQ_ASSIGN_OR_RETURN(row.copy_seconds,
+                         pinned_copy_seconds(row.bytes / static_cast<size_t>(model.size()), o.seconds_per_measurement));
+    rows.push_back(row);
+  }
+  return rows;
 }
 
 }  // namespace
@@ -189,6 +247,9 @@ Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelS
       HIQ_ASSIGN_OR_RETURN(row.all_reduce_seconds, median_seconds(o.seconds_per_measurement, [&] {
         return model->all_reduce(sum_pointers, elements);
       }));
+    }
+    if (!o.restore_codecs.empty()) {
+      HIQ_ASSIGN_OR_RETURN(report.restore, time_restores(*model, pools, rank_geometry, shape, o));
     }
   }  // the split model and its pools go before the whole one comes
 

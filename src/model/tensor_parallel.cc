@@ -1,11 +1,10 @@
 #include "model/tensor_parallel.h"
 
-#include <atomic>
-#include <barrier>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
+
+#include "model/tp_rendezvous.h"
 
 namespace hiq {
 namespace {
@@ -111,18 +110,17 @@ Result<std::unique_ptr<CpuTpModel>> CpuTpModel::create(const ModelShape& shape, 
   return model;
 }
 
-// The ranks' meeting point: each posts a copy of its partial sum, all wait,
-// each adds the partials in rank order, all wait again before a partial is
-// overwritten. A rank that fails drops out of the barrier, so the others never
-// wait for it, and they stop at their next meeting.
+// The ranks' meeting point: each posts a copy of its partial sum, all meet,
+// each adds the partials in rank order, all meet again before a partial is
+// overwritten. A rank that fails leaves (TpRendezvous), and the others stop
+// at their next meeting.
 struct CpuTpModel::AllReduce {
-  explicit AllReduce(int ranks) : partials(static_cast<size_t>(ranks)), barrier(ranks) {}
+  explicit AllReduce(int ranks) : partials(static_cast<size_t>(ranks)), meeting(ranks) {}
 
   // sum = Σ_r partials[r] (+ bias), rounded to BF16 once. False: a rank failed.
   bool run(int rank, const std::vector<float>& partial, const cpu::VectorView& bias, std::vector<float>& sum) {
     partials[static_cast<size_t>(rank)] = partial;
-    barrier.arrive_and_wait();
-    if (failed.load()) return false;
+    if (!meeting.meet()) return false;
     std::fill(sum.begin(), sum.end(), 0.f);
     for (const std::vector<float>& p : partials)
       for (size_t i = 0; i < sum.size(); ++i) sum[i] += p[i];
@@ -132,24 +130,12 @@ struct CpuTpModel::AllReduce {
       for (size_t i = 0; i < sum.size(); ++i) sum[i] += b[i % b.size()];
     }
     cpu::round_to_bf16(sum.data(), sum.size());
-    barrier.arrive_and_wait();
+    (void)meeting.meet();  // no partial is overwritten before every rank has read it
     return true;
-  }
-  // Records the first error and leaves the meetings for good.
-  void fail(Status status) {
-    {
-      std::lock_guard lock(mutex);
-      if (first_error.is_ok()) first_error = std::move(status);
-    }
-    failed.store(true);
-    barrier.arrive_and_drop();
   }
 
   std::vector<std::vector<float>> partials;
-  std::barrier<> barrier;
-  std::atomic<bool> failed{false};
-  std::mutex mutex;
-  Status first_error;
+  TpRendezvous meeting;
 };
 
 Status CpuTpModel::run_rank(int r, DeviceKvPool& pool, std::span<const int32_t> tokens, std::span<const SlotId> slots,
@@ -190,13 +176,13 @@ Result<std::vector<float>> CpuTpModel::forward(std::span<DeviceKvPool* const> po
       threads.emplace_back([&, r] {
         const Status status = run_rank(r, *pools[static_cast<size_t>(r)], tokens, slots, first_new, all_logits,
                                        before_attention, reduce, nullptr);
-        if (!status.is_ok()) reduce.fail(status);
+        if (!status.is_ok()) reduce.meeting.leave(status);
       });
     const Status status =
         run_rank(0, *pools[0], tokens, slots, first_new, all_logits, before_attention, reduce, &logits);
-    if (!status.is_ok()) reduce.fail(status);
+    if (!status.is_ok()) reduce.meeting.leave(status);
   }  // joins the other ranks
-  if (!reduce.first_error.is_ok()) return reduce.first_error;
+  HIQ_RETURN_IF_ERROR(reduce.meeting.first_error());
   return logits;
 }
 

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <mutex>
 #include <functional>
 #include <string>
@@ -25,47 +24,12 @@
 #include "cuda/check.cuh"
 #include "model/cuda_tp_model.h"
 #include "model/tensor_parallel.h"
+#include "model/tp_rendezvous.h"
 
 namespace hiq {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-// ---- one pass's meeting point ------------------------------------------------
-
-// The ranks' host-side rendezvous for one pass: a barrier every rank passes
-// at each meeting, and the first error. A failing rank drops out of the
-// barrier, so the others never wait for it and stop at their next meeting.
-struct Pass {
-  // `reduces`: the sums each rank makes in the pass.
-  Pass(int ranks, int reduces) : barrier(ranks), reduces(reduces), made(static_cast<size_t>(ranks), 0) {}
-
-  bool meet() {
-    barrier.arrive_and_wait();
-    return !failed.load();
-  }
-  // Counts rank r's sum; whether it is the rank's last of the pass (no
-  // meeting follows it).
-  bool last_reduce(int r) { return ++made[static_cast<size_t>(r)] == reduces; }
-  // Leaves the meetings for good (a rank whose pass ended in error).
-  void leave(Status status) {
-    record(std::move(status));
-    failed.store(true);
-    barrier.arrive_and_drop();
-  }
-  // An error the pass carries to its end without leaving (a hook's).
-  void record(Status status) {
-    std::lock_guard lock(mutex);
-    if (first_error.is_ok()) first_error = std::move(status);
-  }
-
-  std::barrier<> barrier;
-  std::atomic<bool> failed{false};
-  std::mutex mutex;
-  Status first_error;
-  const int reduces;
-  std::vector<int> made;  // per rank, touched by its thread alone
-};
 
 Status rank_error(int rank, const Status& status) {
   return Status(status.code(), "tensor-parallel rank " + std::to_string(rank) + ": " + status.message());
@@ -78,7 +42,7 @@ class Collective {
  public:
   virtual ~Collective() = default;
   // Replaces `partial` by the sum of every rank's, on `stream` (rank r's).
-  virtual Status reduce(int rank, bf16* partial, size_t elements, cudaStream_t stream, Pass& pass) = 0;
+  virtual Status reduce(int rank, bf16* partial, size_t elements, cudaStream_t stream, TpRendezvous& pass) = 0;
   // Whether an earlier failure left it unusable (the error), else ok.
   virtual Status usable() const { return Status::ok(); }
 };
@@ -129,7 +93,7 @@ class PeerCollective final : public Collective {
     return Result<std::unique_ptr<Collective>>(std::move(c));
   }
 
-  Status reduce(int r, bf16* partial, size_t elements, cudaStream_t stream, Pass& pass) override {
+  Status reduce(int r, bf16* partial, size_t elements, cudaStream_t stream, TpRendezvous& pass) override {
     Rank& rank = ranks_[static_cast<size_t>(r)];
     rank.partial = partial;
     if (elements * sizeof(bf16) > rank.sum_bytes) {  // on this rank's device: its thread's current one
@@ -226,7 +190,7 @@ class NcclCollective final : public Collective {
   // have enqueued theirs, which would wait on the device forever. They are
   // aborted at the next meeting, when no rank is inside an NCCL call: the
   // next sum's, or, after a pass's last sum, one more meeting held for that.
-  Status reduce(int r, bf16* partial, size_t elements, cudaStream_t stream, Pass& pass) override {
+  Status reduce(int r, bf16* partial, size_t elements, cudaStream_t stream, TpRendezvous& pass) override {
     if (!pass.meet()) {
       abort_if_broken();
       return failed_precondition("another rank failed");
@@ -236,7 +200,7 @@ class NcclCollective final : public Collective {
                                                      comms_[static_cast<size_t>(r)], stream),
                                      "ncclAllReduce");
     if (!status.is_ok()) broken_.store(true);
-    if (pass.last_reduce(r)) {
+    if (pass.last_sum(r)) {
       (void)pass.meet();
       abort_if_broken();
     }
@@ -336,14 +300,14 @@ class CudaTpModelImpl final : public CudaTpModel {
     for (size_t r = 0; r < l1.size(); ++r)
       if (l1[r] == nullptr) return invalid_argument("tensor parallelism: rank " + std::to_string(r) + " has no pool");
     HIQ_RETURN_IF_ERROR(collective_->usable());
-    Pass pass(size(), 2 * shape_.num_layers);  // o_proj's and down_proj's sums, every layer
+    TpRendezvous pass(size(), 2 * shape_.num_layers);  // o_proj's and down_proj's sums, every layer
     pass_ = &pass;
     ModelOutput out;
     HIQ_RETURN_IF_ERROR(run_ranks(pass, [&](int r) {
       run_rank(r, *l1[static_cast<size_t>(r)], batch, logits, before_attention, pass, r == 0 ? &out : nullptr);
     }));
     pass_ = nullptr;
-    if (!pass.first_error.is_ok()) return pass.first_error;
+    HIQ_RETURN_IF_ERROR(pass.first_error());
     return out;
   }
 
@@ -352,7 +316,7 @@ class CudaTpModelImpl final : public CudaTpModel {
       return invalid_argument("tensor parallelism: " + std::to_string(buffers.size()) + " buffers for " +
                               std::to_string(models_.size()) + " ranks");
     HIQ_RETURN_IF_ERROR(collective_->usable());
-    Pass pass(size(), 1);
+    TpRendezvous pass(size(), 1);
     HIQ_RETURN_IF_ERROR(run_ranks(pass, [&](int r) {
       const auto stream = static_cast<cudaStream_t>(models_[static_cast<size_t>(r)]->stream());
       Status status = cuda::cuda_status(cudaSetDevice(devices_[static_cast<size_t>(r)]), "cudaSetDevice");
@@ -361,7 +325,7 @@ class CudaTpModelImpl final : public CudaTpModel {
       if (status.is_ok()) status = cuda::cuda_status(cudaStreamSynchronize(stream), "all-reduce");
       if (!status.is_ok()) pass.leave(rank_error(r, status));
     }));
-    return pass.first_error;
+    return pass.first_error();
   }
 
   int size() const override { return static_cast<int>(models_.size()); }
@@ -407,7 +371,7 @@ class CudaTpModelImpl final : public CudaTpModel {
   // it restores), the others on threads of their own, and joins them. A
   // thread that cannot start fails the pass: the ranks it leaves out leave
   // the meetings, so the started ones do not wait for them.
-  Status run_ranks(Pass& pass, const std::function<void(int)>& rank) {
+  Status run_ranks(TpRendezvous& pass, const std::function<void(int)>& rank) {
     int current = 0;
     HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
     {
@@ -428,7 +392,7 @@ class CudaTpModelImpl final : public CudaTpModel {
   }
 
   void run_rank(int r, DeviceKvPool& l1, std::span<const ModelSequence> batch, LogitsWanted logits,
-                const BeforeRankAttention& before_attention, Pass& pass, ModelOutput* out) {
+                const BeforeRankAttention& before_attention, TpRendezvous& pass, ModelOutput* out) {
     Status status = cuda::cuda_status(cudaSetDevice(devices_[static_cast<size_t>(r)]), "cudaSetDevice");
     if (status.is_ok()) {
       // A hook's error is the pass's, but the rank keeps meeting the others.
@@ -454,7 +418,7 @@ class CudaTpModelImpl final : public CudaTpModel {
   std::vector<ModelShape> rank_shapes_;
   std::unique_ptr<Collective> collective_;  // before the models, which call it: destroyed after them
   std::vector<std::unique_ptr<CudaModel>> models_;
-  Pass* pass_ = nullptr;  // the pass under way
+  TpRendezvous* pass_ = nullptr;  // the pass under way
 };
 
 }  // namespace

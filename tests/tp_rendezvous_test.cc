@@ -35,28 +35,33 @@ TEST(TpRendezvous, RanksThatAllComeMeetEveryTime) {
   EXPECT_TRUE(meeting.first_error().is_ok());
 }
 
-// Rank 2 fails after meeting 10; the others learn of it at meeting 11, the
-// one it never comes to, and leave in turn (as a rank's pass does).
-TEST(TpRendezvous, ARankThatLeavesIsSeenAtTheNextMeetingAndWaitedForByNone) {
-  constexpr int kRanks = 4, kMeetings = 50, kFailsAfter = 10;
-  TpRendezvous meeting(kRanks);
-  std::vector<int> meetings(kRanks, 0);
-  run_ranks(kRanks, [&](int r) {
-    for (int i = 0; i < kMeetings; ++i) {
-      if (r == 2 && i == kFailsAfter) {
-        meeting.leave(internal_error("rank 2 failed"));
-        return;
+// Rank 2 fails right after meeting 10; the others learn of it at meeting
+// 11, the one it never comes to, and leave in turn (as a rank's pass does).
+// Every rank gets the same answer at every meeting, however late it wakes
+// from the one before: many rounds, to give a late waker its chance.
+TEST(TpRendezvous, ARankThatLeavesIsSeenByAllAtTheSameMeetingAndWaitedForByNone) {
+  constexpr int kRanks = 4, kMeetings = 30, kFailsAfter = 10, kRounds = 200;
+  for (int round = 0; round < kRounds; ++round) {
+    TpRendezvous meeting(kRanks);
+    std::vector<int> meetings(kRanks, 0);
+    run_ranks(kRanks, [&](int r) {
+      for (int i = 0; i < kMeetings; ++i) {
+        if (r == 2 && i == kFailsAfter) {
+          meeting.leave(internal_error("rank 2 failed"));
+          return;
+        }
+        if (!meeting.meet()) {
+          meeting.leave(failed_precondition("another rank failed"));
+          return;
+        }
+        ++meetings[static_cast<size_t>(r)];
       }
-      if (!meeting.meet()) {
-        meeting.leave(failed_precondition("another rank failed"));
-        return;
-      }
-      ++meetings[static_cast<size_t>(r)];
-    }
-  });
-  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(meetings[static_cast<size_t>(r)], kFailsAfter) << "rank " << r;
-  EXPECT_TRUE(meeting.failed());
-  EXPECT_EQ(meeting.first_error().message(), "rank 2 failed") << "the failing rank's error, not the others'";
+    });
+    for (int r = 0; r < kRanks; ++r)
+      ASSERT_EQ(meetings[static_cast<size_t>(r)], kFailsAfter) << "rank " << r << ", round " << round;
+    ASSERT_TRUE(meeting.failed());
+    ASSERT_EQ(meeting.first_error().message(), "rank 2 failed") << "the failing rank's error, not the others'";
+  }
 }
 
 // A rank that fails before the first meeting: no rank meets at all.
@@ -91,6 +96,21 @@ TEST(TpRendezvous, ARecordedErrorLetsTheRanksGoOnAndIsThePassesError) {
   EXPECT_EQ(meeting.first_error().message(), "restore lost");
 }
 
+TEST(TpRendezvous, RunRankThreadsRunsEachRankOnceRankZeroOnTheCaller) {
+  TpRendezvous meeting(5);
+  std::vector<std::thread::id> ran(5);
+  run_rank_threads(meeting, 5, [&](int r) {
+    ran[static_cast<size_t>(r)] = std::this_thread::get_id();
+    EXPECT_TRUE(meeting.meet());
+  });
+  EXPECT_EQ(ran[0], std::this_thread::get_id());
+  for (int r = 1; r < 5; ++r) {
+    EXPECT_NE(ran[static_cast<size_t>(r)], std::thread::id()) << "rank " << r << " did not run";
+    EXPECT_NE(ran[static_cast<size_t>(r)], ran[0]);
+  }
+  EXPECT_TRUE(meeting.first_error().is_ok());
+}
+
 TEST(TpRendezvous, CountsEachRanksSumsUpToItsLast) {
   TpRendezvous meeting(2, 3);
   EXPECT_FALSE(meeting.last_sum(0));
@@ -99,6 +119,7 @@ TEST(TpRendezvous, CountsEachRanksSumsUpToItsLast) {
   EXPECT_TRUE(meeting.last_sum(0));
   EXPECT_FALSE(meeting.last_sum(1));
   EXPECT_TRUE(meeting.last_sum(1));
+  EXPECT_EQ(meeting.sums_made(0), 3);
 }
 
 }  // namespace

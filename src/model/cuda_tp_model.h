@@ -27,9 +27,11 @@
 // error. A rank whose pass fails otherwise leaves it; every sum begins with
 // the ranks meeting on the host, where the others see that and stop before
 // enqueuing another, so no stream waits on the device for a rank that will
-// not come, and the next pass runs as usual. Only NCCL's own failure to
-// enqueue is final: its communicators are aborted (so that no rank waits)
-// and every later pass is refused.
+// not come, and the next pass runs as usual. Under NCCL, a rank leaving
+// after it enqueued sums in the pass (its stream may be stopped by a fault,
+// leaving the others' sums waiting for it), or an enqueue that fails, is
+// final: the communicators are aborted, so that no rank waits, and every
+// later pass is refused.
 //
 // Served by model/cuda/cuda_tp_model.cu in a CUDA build, and by a stub that
 // answers kUnavailable otherwise.

@@ -108,14 +108,16 @@ std::string to_json(const TpBenchReport& r) {
   out["restore"] = nlohmann::json::array();
   for (const auto& x : r.restore) {
     const double per_rank = static_cast<double>(x.bytes) / n;
+    const auto rate = [](double bytes, double seconds) { return seconds > 0 ? bytes / seconds : 0.0; };
     out["restore"].push_back({{"codec", std::string(codec_name(x.codec))},
                               {"tokens", x.tokens},
                               {"seconds", x.seconds},
                               {"bytes", x.bytes},
-                              {"per_rank_bytes_per_s", per_rank / x.seconds},
+                              {"bytes_per_s", rate(static_cast<double>(x.bytes), x.seconds)},
+                              {"per_rank_bytes_per_s", rate(per_rank, x.seconds)},
                               {"copy_seconds", x.copy_seconds},
-                              {"copy_bytes_per_s", per_rank / x.copy_seconds},
-                              {"ratio_to_copy", x.copy_seconds / x.seconds}});
+                              {"copy_bytes_per_s", rate(per_rank, x.copy_seconds)},
+                              {"ratio_to_copy", rate(x.copy_seconds, x.seconds)}});
   }
   return out.dump(2);
 }

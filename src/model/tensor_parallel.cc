@@ -170,18 +170,11 @@ Result<std::vector<float>> CpuTpModel::forward(std::span<DeviceKvPool* const> po
   }
   AllReduce reduce(size());
   std::vector<float> logits;
-  {
-    std::vector<std::jthread> threads;
-    for (int r = 1; r < size(); ++r)
-      threads.emplace_back([&, r] {
-        const Status status = run_rank(r, *pools[static_cast<size_t>(r)], tokens, slots, first_new, all_logits,
-                                       before_attention, reduce, nullptr);
-        if (!status.is_ok()) reduce.meeting.leave(status);
-      });
-    const Status status =
-        run_rank(0, *pools[0], tokens, slots, first_new, all_logits, before_attention, reduce, &logits);
+  run_rank_threads(reduce.meeting, size(), [&](int r) {
+    const Status status = run_rank(r, *pools[static_cast<size_t>(r)], tokens, slots, first_new, all_logits,
+                                   before_attention, reduce, r == 0 ? &logits : nullptr);
     if (!status.is_ok()) reduce.meeting.leave(status);
-  }  // joins the other ranks
+  });
   HIQ_RETURN_IF_ERROR(reduce.meeting.first_error());
   return logits;
 }

@@ -20,7 +20,10 @@
 
 #include <atomic>
 #include <barrier>
+#include <exception>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "core/status.h"
@@ -54,6 +57,9 @@ class TpRendezvous {
   // whether it was the rank's last of the pass, after which no meeting comes.
   bool last_sum(int rank) { return ++made_[static_cast<size_t>(rank)] == sums_; }
 
+  // The sums `rank` counted so far (its own thread, or after the pass).
+  int sums_made(int rank) const { return made_[static_cast<size_t>(rank)]; }
+
   bool failed() const { return failed_.load(); }
   Status first_error() const {
     std::lock_guard lock(mutex_);
@@ -75,5 +81,25 @@ class TpRendezvous {
   mutable std::mutex mutex_;
   Status first_error_;
 };
+
+// Runs `rank(r)` for r = 0 … ranks − 1: rank 0 on the calling thread, the
+// others on threads of their own, and joins them. A thread that cannot be
+// started fails the pass: the ranks it leaves out (and rank 0) leave the
+// rendezvous with that error, so the started ones never wait for them.
+template <typename Rank>
+void run_rank_threads(TpRendezvous& rendezvous, int ranks, Rank&& rank) {
+  std::vector<std::jthread> threads;
+  int started = 1;
+  try {
+    threads.reserve(static_cast<size_t>(ranks));
+    for (; started < ranks; ++started) threads.emplace_back([&rank, r = started] { rank(r); });
+  } catch (const std::exception& e) {
+    const Status error = resource_exhausted(std::string("tensor parallelism: a rank's thread: ") + e.what());
+    for (int r = started; r < ranks; ++r) rendezvous.leave(error);
+    rendezvous.leave(error);  // rank 0's
+    return;                   // the started threads stop at their next meeting and are joined here
+  }
+  rank(0);
+}
 
 }  // namespace hiq

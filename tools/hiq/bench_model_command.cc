@@ -104,12 +104,18 @@ int print_tp_report(const TpBenchReport& r, bool json) {
   rows.print(std::cout);
   if (r.restore.empty()) return 0;
   std::cout << '\n';
-  Table restore({"codec", "tokens", "restore ms", "per rank GB/s", "pinned copy GB/s", "restore / copy"});
+  // Ranks sharing a GPU share its link: the total rate says more there than each rank's.
+  Table restore({"codec", "tokens", "restore ms", "all ranks GB/s", "per rank GB/s", "pinned copy GB/s",
+                 "copy time / restore time"});
+  const auto gb_per_s = [](double bytes, double seconds) {
+    return seconds > 0 ? format_fixed(bytes / seconds / 1e9, 1) : std::string("-");
+  };
   for (const auto& x : r.restore) {
     const double per_rank = static_cast<double>(x.bytes) / n;
     restore.add_row({std::string(codec_name(x.codec)), std::to_string(x.tokens), ms(x.seconds),
-                     format_fixed(per_rank / x.seconds / 1e9, 1), format_fixed(per_rank / x.copy_seconds / 1e9, 1),
-                     format_fixed(x.copy_seconds / x.seconds, 2)});
+                     gb_per_s(static_cast<double>(x.bytes), x.seconds), gb_per_s(per_rank, x.seconds),
+                     gb_per_s(per_rank, x.copy_seconds),
+                     x.seconds > 0 ? format_fixed(x.copy_seconds / x.seconds, 2) : std::string("-")});
   }
   restore.print(std::cout);
   return 0;

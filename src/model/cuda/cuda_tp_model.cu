@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <shared_mutex>
 #include <functional>
 #include <string>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -45,6 +45,9 @@ class Collective {
   virtual Status reduce(int rank, bf16* partial, size_t elements, cudaStream_t stream, TpRendezvous& pass) = 0;
   // Whether an earlier failure left it unusable (the error), else ok.
   virtual Status usable() const { return Status::ok(); }
+  // Rank `rank` is leaving `pass` in error, its stream possibly stopped by a
+  // device fault after sums it enqueued.
+  virtual void rank_left(int /*rank*/, const TpRendezvous& /*pass*/) {}
 };
 
 // ---- ours: rank-order FP32 sums over peer (or same-device) pointers ----------
@@ -195,10 +198,14 @@ class NcclCollective final : public Collective {
       abort_if_broken();
       return failed_precondition("another rank failed");
     }
-    // In place; NCCL adds in BF16 along its ring or tree.
+    // In place; NCCL adds in BF16 along its ring or tree. Never on an
+    // aborted communicator (the lock orders enqueues before an abort).
+    std::shared_lock lock(enqueue_mu_);
+    if (aborted_.load()) return failed_precondition("NCCL was aborted after a rank failed");
     const Status status = api_.check(api_.all_reduce(partial, partial, elements, ncclBfloat16, ncclSum,
                                                      comms_[static_cast<size_t>(r)], stream),
                                      "ncclAllReduce");
+    lock.unlock();
     if (!status.is_ok()) broken_.store(true);
     if (pass.last_sum(r)) {
       (void)pass.meet();
@@ -224,8 +231,19 @@ class NcclCollective final : public Collective {
     comms_ = std::move(comms);
     return Status::ok();
   }
+  // A rank that leaves after enqueuing sums in this pass failed in a way the
+  // others cannot see on the device (a fault that stops its stream leaves
+  // their sums waiting for it forever): abort now, with no enqueue under way.
+  void rank_left(int rank, const TpRendezvous& pass) override {
+    if (pass.sums_made(rank) == 0) return;  // it never joined a sum: nothing waits for it
+    broken_.store(true);
+    abort_if_broken();
+  }
+
   void abort_if_broken() {
-    if (!broken_.load() || aborted_.exchange(true)) return;
+    if (!broken_.load()) return;
+    std::unique_lock lock(enqueue_mu_);  // waits for enqueues under way
+    if (aborted_.exchange(true)) return;
     for (ncclComm_t comm : comms_) (void)api_.comm_abort(comm);
   }
   void destroy() {
@@ -239,6 +257,7 @@ class NcclCollective final : public Collective {
   std::vector<ncclComm_t> comms_;
   std::atomic<bool> broken_{false};   // an enqueue failed: no pass may use the communicators
   std::atomic<bool> aborted_{false};  // and they are gone
+  std::shared_mutex enqueue_mu_;      // enqueues share it; an abort takes it alone
 };
 #endif
 
@@ -323,7 +342,9 @@ class CudaTpModelImpl final : public CudaTpModel {
       if (status.is_ok())
         status = collective_->reduce(r, static_cast<bf16*>(buffers[static_cast<size_t>(r)]), elements, stream, pass);
       if (status.is_ok()) status = cuda::cuda_status(cudaStreamSynchronize(stream), "all-reduce");
-      if (!status.is_ok()) pass.leave(rank_error(r, status));
+      if (status.is_ok()) return;
+      collective_->rank_left(r, pass);
+      pass.leave(rank_error(r, status));
     }));
     return pass.first_error();
   }
@@ -367,26 +388,12 @@ class CudaTpModelImpl final : public CudaTpModel {
   }
 
  private:
-  // Runs `rank(r)` for every rank, rank 0 on the calling thread (whose device
-  // it restores), the others on threads of their own, and joins them. A
-  // thread that cannot start fails the pass: the ranks it leaves out leave
-  // the meetings, so the started ones do not wait for them.
+  // Runs `rank(r)` for every rank (run_rank_threads) and restores the
+  // calling thread's device, which rank 0's run changes.
   Status run_ranks(TpRendezvous& pass, const std::function<void(int)>& rank) {
     int current = 0;
     HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
-    {
-      std::vector<std::jthread> threads;
-      int started = 1;
-      try {
-        for (; started < size(); ++started) threads.emplace_back(rank, started);
-      } catch (const std::system_error& e) {
-        const Status error = resource_exhausted(std::string("tensor parallelism: a rank's thread: ") + e.what());
-        for (int r = started; r < size(); ++r) pass.leave(error);
-        pass.leave(error);  // rank 0's
-        started = -1;
-      }
-      if (started >= 0) rank(0);
-    }  // joins the other ranks
+    run_rank_threads(pass, size(), rank);
     HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
     return Status::ok();
   }
@@ -408,7 +415,9 @@ class CudaTpModelImpl final : public CudaTpModel {
       if (!result) status = result.status();
     }
     if (status.is_ok()) return;
-    // The others see it at their next meeting, before enqueuing another sum.
+    // The others see it at their next meeting, before enqueuing another sum;
+    // the collective undoes what this rank may leave them waiting for.
+    collective_->rank_left(r, pass);
     pass.leave(rank_error(r, status));
   }
 

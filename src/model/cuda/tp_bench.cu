@@ -141,7 +141,7 @@ size_t summed_rows(const TpBenchReport::Row& row, const CudaModelOptions& cuda) 
 // other slots of every rank's pool.
 Result<std::vector<TpBenchReport::Restore>> time_restores(CudaTpModel& model, std::span<DeviceKvPool* const> pools,
                                                           const KvGeometry& rank_geometry, const ModelShape& shape,
-                                                          const ModelBenchOptions& o) {
+                                                          const ModelBenchOptions& o, const std::function<void()>& tick) {
   const auto prompt_len = static_cast<size_t>(o.restore_prompt), prefix = static_cast<size_t>(o.restore_prefix);
   const std::vector<int32_t> prompt = random_prompt(prompt_len, shape.vocab_size, 7);
   const std::vector<SlotId> prompt_slots = slot_range(prompt_len, 0), load_slots = slot_range(prefix, prompt_len);
@@ -154,7 +154,7 @@ Result<std::vector<TpBenchReport::Restore>> time_restores(CudaTpModel& model, st
   for (CodecKind codec : o.restore_codecs) {
     HostKvPoolOptions l2_options;
     l2_options.codec = codec;
-    l2_options.capacity_tokens = prefix + 64;
+    l2_options.capacity_tokens = prefix + static_cast<size_t>(rank_geometry.page_size);  // whole pages
     HIQ_ASSIGN_OR_RETURN(std::unique_ptr<HostKvPool> l2,
                          HostKvPool::create(tp_host_geometry(rank_geometry), l2_options, pools[0]->num_slots()));
     HIQ_ASSIGN_OR_RETURN(std::unique_ptr<CudaTpTransferEngine> engine,
@@ -176,6 +176,7 @@ Result<std::vector<TpBenchReport::Restore>> time_restores(CudaTpModel& model, st
     HIQ_ASSIGN_OR_RETURN(row.copy_seconds,
                          pinned_copy_seconds(row.bytes / static_cast<size_t>(model.size()), o.seconds_per_measurement));
     rows.push_back(row);
+    tick();
   }
   return rows;
 }
@@ -188,10 +189,11 @@ Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelS
                                          const std::function<void(size_t, size_t)>& progress) {
   HIQ_ASSIGN_OR_RETURN(const std::vector<cuda::GpuInfo> gpus, cuda::query_gpus());
   const RestoreDevice restore;
-  const size_t row_count = o.prefill_tokens.size() + o.decode_batches.size();
+  // Each row twice (split, one GPU), then the restore rows.
+  const size_t total = 2 * (o.prefill_tokens.size() + o.decode_batches.size()) + o.restore_codecs.size();
   size_t done = 0;
   const auto tick = [&] {
-    if (progress) progress(++done, 2 * row_count);
+    if (progress) progress(++done, total);
   };
 
   TpBenchReport report;
@@ -249,7 +251,7 @@ Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelS
       }));
     }
     if (!o.restore_codecs.empty()) {
-      HIQ_ASSIGN_OR_RETURN(report.restore, time_restores(*model, pools, rank_geometry, shape, o));
+      HIQ_ASSIGN_OR_RETURN(report.restore, time_restores(*model, pools, rank_geometry, shape, o, tick));
     }
   }  // the split model and its pools go before the whole one comes
 

@@ -111,15 +111,14 @@ TEST(TpRendezvous, RunRankThreadsRunsEachRankOnceRankZeroOnTheCaller) {
   EXPECT_TRUE(meeting.first_error().is_ok());
 }
 
-TEST(TpRendezvous, CountsEachRanksSumsUpToItsLast) {
-  TpRendezvous meeting(2, 3);
-  EXPECT_FALSE(meeting.last_sum(0));
-  EXPECT_FALSE(meeting.last_sum(0));
-  EXPECT_FALSE(meeting.last_sum(1));
-  EXPECT_TRUE(meeting.last_sum(0));
-  EXPECT_FALSE(meeting.last_sum(1));
-  EXPECT_TRUE(meeting.last_sum(1));
-  EXPECT_EQ(meeting.sums_made(0), 3);
+TEST(TpRendezvous, CountsEachRanksSums) {
+  TpRendezvous meeting(2);
+  EXPECT_EQ(meeting.sums_made(0), 0);
+  meeting.count_sum(0);
+  meeting.count_sum(0);
+  meeting.count_sum(1);
+  EXPECT_EQ(meeting.sums_made(0), 2);
+  EXPECT_EQ(meeting.sums_made(1), 1);
 }
 
 }  // namespace

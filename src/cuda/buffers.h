@@ -67,6 +67,29 @@ Result<PinnedMemory> pinned_alloc(size_t bytes, const char* what);
 Result<Stream> make_stream();
 Result<Event> make_event(bool timing);
 
+// Remembers the current device and makes it current again at the end of the
+// scope; with a device, makes that one current meanwhile (status() says
+// whether it could). For work on several GPUs from one thread.
+class DeviceScope {
+ public:
+  DeviceScope() { (void)cudaGetDevice(&previous_); }
+  explicit DeviceScope(int device) : DeviceScope() { status_ = set(device); }
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+  // Makes `device` current until the scope ends (or the next set()).
+  Status set(int device) {
+    const cudaError_t err = cudaSetDevice(device);
+    return err == cudaSuccess ? Status::ok() : cuda_error(err, "cudaSetDevice");
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  int previous_ = 0;
+  Status status_;
+};
+
 // Selects a device and checks that one is usable; kUnavailable otherwise.
 Status require_gpu();
 

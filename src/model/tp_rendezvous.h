@@ -32,9 +32,8 @@ namespace hiq {
 
 class TpRendezvous {
  public:
-  // `sums` per rank in the pass, counted by last_sum() (0: not counted).
-  explicit TpRendezvous(int ranks, int sums = 0)
-      : barrier_(ranks, Complete{this}), sums_(sums), made_(static_cast<size_t>(ranks > 0 ? ranks : 0), 0) {}
+  explicit TpRendezvous(int ranks)
+      : barrier_(ranks, Complete{this}), made_(static_cast<size_t>(ranks > 0 ? ranks : 0), 0) {}
 
   // Waits until every rank still in the pass is here; false when one had
   // left by then (the same answer for every rank here).
@@ -53,11 +52,9 @@ class TpRendezvous {
     std::lock_guard lock(mutex_);
     if (first_error_.is_ok()) first_error_ = std::move(status);
   }
-  // Counts one sum of `rank` (only its own thread calls this for it);
-  // whether it was the rank's last of the pass, after which no meeting comes.
-  bool last_sum(int rank) { return ++made_[static_cast<size_t>(rank)] == sums_; }
-
-  // The sums `rank` counted so far (its own thread, or after the pass).
+  // Counts a sum `rank` joins (only its own thread counts for it), and reads
+  // the count: whether a failing rank may have left the others' sums waiting.
+  void count_sum(int rank) { ++made_[static_cast<size_t>(rank)]; }
   int sums_made(int rank) const { return made_[static_cast<size_t>(rank)]; }
 
   bool failed() const { return failed_.load(); }
@@ -76,7 +73,6 @@ class TpRendezvous {
   std::atomic<bool> failed_{false};
   bool meeting_failed_ = false;  // the latest meeting's answer: written as it completes, read after
   std::barrier<Complete> barrier_;
-  const int sums_;
   std::vector<int> made_;  // per rank, touched by its thread alone
   mutable std::mutex mutex_;
   Status first_error_;

@@ -92,12 +92,9 @@ Result<std::unique_ptr<DeviceKvPool>> make_cuda_device_kv_pool(const KvGeometry&
 
 Result<std::unique_ptr<DeviceKvPool>> make_cuda_device_kv_pool(int device, const KvGeometry& geometry,
                                                                size_t num_slots) {
-  int current = 0;
-  HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
-  HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  auto pool = make_cuda_device_kv_pool(geometry, num_slots);
-  HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
-  return pool;
+  const cuda::DeviceScope scope(device);
+  HIQ_RETURN_IF_ERROR(scope.status());
+  return make_cuda_device_kv_pool(geometry, num_slots);
 }
 
 }  // namespace hiq

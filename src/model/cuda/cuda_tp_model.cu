@@ -189,60 +189,40 @@ class NcclCollective final : public Collective {
   }
   ~NcclCollective() override { destroy(); }
 
-  // A rank whose enqueue fails marks the communicators broken; the others
-  // have enqueued theirs, which would wait on the device forever. They are
-  // aborted at the next meeting, when no rank is inside an NCCL call: the
-  // next sum's, or, after a pass's last sum, one more meeting held for that.
   Status reduce(int r, bf16* partial, size_t elements, cudaStream_t stream, TpRendezvous& pass) override {
-    if (!pass.meet()) {
-      abort_if_broken();
-      return failed_precondition("another rank failed");
-    }
+    if (!pass.meet()) return failed_precondition("another rank failed");
+    // Counted before the enqueue: a rank failing from here on may leave the
+    // others' sums waiting for it (rank_left).
+    pass.count_sum(r);
     // In place; NCCL adds in BF16 along its ring or tree. Never on an
     // aborted communicator (the lock orders enqueues before an abort).
     std::shared_lock lock(enqueue_mu_);
     if (aborted_.load()) return failed_precondition("NCCL was aborted after a rank failed");
-    const Status status = api_.check(api_.all_reduce(partial, partial, elements, ncclBfloat16, ncclSum,
-                                                     comms_[static_cast<size_t>(r)], stream),
-                                     "ncclAllReduce");
-    lock.unlock();
-    if (!status.is_ok()) broken_.store(true);
-    if (pass.last_sum(r)) {
-      (void)pass.meet();
-      abort_if_broken();
-    }
-    return status;
+    return api_.check(
+        api_.all_reduce(partial, partial, elements, ncclBfloat16, ncclSum, comms_[static_cast<size_t>(r)], stream),
+        "ncclAllReduce");
   }
   Status usable() const override {
-    if (broken_.load()) return failed_precondition("NCCL failed in an earlier pass; make the model again");
+    if (aborted_.load()) return failed_precondition("NCCL was aborted after a rank failed; make the model again");
     return Status::ok();
   }
 
  private:
   NcclCollective(const NcclApi& api, std::vector<int> devices) : api_(api), devices_(std::move(devices)) {}
   Status init() {
-    int current = 0;
-    HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+    const cuda::DeviceScope scope;  // NCCL visits every device
     std::vector<ncclComm_t> comms(devices_.size());
-    const Status status = api_.check(
-        api_.comm_init_all(comms.data(), static_cast<int>(comms.size()), devices_.data()), "ncclCommInitAll");
-    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
-    HIQ_RETURN_IF_ERROR(status);
+    HIQ_RETURN_IF_ERROR(api_.check(
+        api_.comm_init_all(comms.data(), static_cast<int>(comms.size()), devices_.data()), "ncclCommInitAll"));
     comms_ = std::move(comms);
     return Status::ok();
   }
-  // A rank that leaves after enqueuing sums in this pass failed in a way the
-  // others cannot see on the device (a fault that stops its stream leaves
-  // their sums waiting for it forever): abort now, with no enqueue under way.
+  // A rank that leaves after joining sums in this pass (its enqueue failed,
+  // or a fault may have stopped its stream) can leave the others' sums
+  // waiting for it on the device forever: abort, with no enqueue under way.
   void rank_left(int rank, const TpRendezvous& pass) override {
     if (pass.sums_made(rank) == 0) return;  // it never joined a sum: nothing waits for it
-    broken_.store(true);
-    abort_if_broken();
-  }
-
-  void abort_if_broken() {
-    if (!broken_.load()) return;
-    std::unique_lock lock(enqueue_mu_);  // waits for enqueues under way
+    std::unique_lock lock(enqueue_mu_);     // waits for enqueues under way
     if (aborted_.exchange(true)) return;
     for (ncclComm_t comm : comms_) (void)api_.comm_abort(comm);
   }
@@ -255,8 +235,7 @@ class NcclCollective final : public Collective {
   const NcclApi& api_;
   std::vector<int> devices_;
   std::vector<ncclComm_t> comms_;
-  std::atomic<bool> broken_{false};   // an enqueue failed: no pass may use the communicators
-  std::atomic<bool> aborted_{false};  // and they are gone
+  std::atomic<bool> aborted_{false};  // the communicators are gone: no pass may use them
   std::shared_mutex enqueue_mu_;      // enqueues share it; an abort takes it alone
 };
 #endif
@@ -292,22 +271,16 @@ class CudaTpModelImpl final : public CudaTpModel {
     }
     // The split's views of `weights` are needed only until each rank's upload.
     HIQ_ASSIGN_OR_RETURN(std::unique_ptr<CpuTpModel> split, CpuTpModel::create(shape, weights, size));
-    int current = 0;
-    HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
-    Status status = [&]() -> Status {
-      HIQ_ASSIGN_OR_RETURN(m->collective_, make_collective(options.collective, m->devices_));
-      for (int r = 0; r < size; ++r) {
-        HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(m->devices_[static_cast<size_t>(r)]));
-        m->rank_shapes_.push_back(split->shard_shape(r));
-        RankReduce reduce{m.get(), r};
-        auto model = make_cuda_model(split->shard_shape(r), split->shard_weights(r), options.model, reduce);
-        if (!model) return rank_error(r, model.status());
-        m->models_.push_back(std::move(*model));
-      }
-      return Status::ok();
-    }();
-    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
-    HIQ_RETURN_IF_ERROR(status);
+    cuda::DeviceScope device;  // each rank's model is made on its GPU
+    HIQ_ASSIGN_OR_RETURN(m->collective_, make_collective(options.collective, m->devices_));
+    for (int r = 0; r < size; ++r) {
+      HIQ_RETURN_IF_ERROR(device.set(m->devices_[static_cast<size_t>(r)]));
+      m->rank_shapes_.push_back(split->shard_shape(r));
+      RankReduce reduce{m.get(), r};
+      auto model = make_cuda_model(split->shard_shape(r), split->shard_weights(r), options.model, reduce);
+      if (!model) return rank_error(r, model.status());
+      m->models_.push_back(std::move(*model));
+    }
     return Result<std::unique_ptr<CudaTpModel>>(std::move(m));
   }
 
@@ -319,12 +292,12 @@ class CudaTpModelImpl final : public CudaTpModel {
     for (size_t r = 0; r < l1.size(); ++r)
       if (l1[r] == nullptr) return invalid_argument("tensor parallelism: rank " + std::to_string(r) + " has no pool");
     HIQ_RETURN_IF_ERROR(collective_->usable());
-    TpRendezvous pass(size(), 2 * shape_.num_layers);  // o_proj's and down_proj's sums, every layer
+    TpRendezvous pass(size());
     pass_ = &pass;
     ModelOutput out;
-    HIQ_RETURN_IF_ERROR(run_ranks(pass, [&](int r) {
+    run_ranks(pass, [&](int r) {
       run_rank(r, *l1[static_cast<size_t>(r)], batch, logits, before_attention, pass, r == 0 ? &out : nullptr);
-    }));
+    });
     pass_ = nullptr;
     HIQ_RETURN_IF_ERROR(pass.first_error());
     return out;
@@ -335,17 +308,15 @@ class CudaTpModelImpl final : public CudaTpModel {
       return invalid_argument("tensor parallelism: " + std::to_string(buffers.size()) + " buffers for " +
                               std::to_string(models_.size()) + " ranks");
     HIQ_RETURN_IF_ERROR(collective_->usable());
-    TpRendezvous pass(size(), 1);
-    HIQ_RETURN_IF_ERROR(run_ranks(pass, [&](int r) {
+    TpRendezvous pass(size());
+    run_ranks(pass, [&](int r) {
       const auto stream = static_cast<cudaStream_t>(models_[static_cast<size_t>(r)]->stream());
       Status status = cuda::cuda_status(cudaSetDevice(devices_[static_cast<size_t>(r)]), "cudaSetDevice");
       if (status.is_ok())
         status = collective_->reduce(r, static_cast<bf16*>(buffers[static_cast<size_t>(r)]), elements, stream, pass);
       if (status.is_ok()) status = cuda::cuda_status(cudaStreamSynchronize(stream), "all-reduce");
-      if (status.is_ok()) return;
-      collective_->rank_left(r, pass);
-      pass.leave(rank_error(r, status));
-    }));
+      if (!status.is_ok()) leave(r, status, pass);
+    });
     return pass.first_error();
   }
 
@@ -378,24 +349,27 @@ class CudaTpModelImpl final : public CudaTpModel {
   // Each rank's model goes with its own GPU current (its streams, cuBLAS
   // handles and memory are that device's).
   ~CudaTpModelImpl() override {
-    int current = 0;
-    (void)cudaGetDevice(&current);
+    cuda::DeviceScope device;
     for (size_t r = 0; r < models_.size(); ++r) {
-      (void)cudaSetDevice(devices_[r]);
+      (void)device.set(devices_[r]);
       models_[r].reset();
     }
-    (void)cudaSetDevice(current);
   }
 
  private:
   // Runs `rank(r)` for every rank (run_rank_threads) and restores the
   // calling thread's device, which rank 0's run changes.
-  Status run_ranks(TpRendezvous& pass, const std::function<void(int)>& rank) {
-    int current = 0;
-    HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  void run_ranks(TpRendezvous& pass, const std::function<void(int)>& rank) {
+    const cuda::DeviceScope caller;
     run_rank_threads(pass, size(), rank);
-    HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
-    return Status::ok();
+  }
+
+  // Rank r's pass failed: the collective undoes what the rank may leave the
+  // others waiting for, and the others see it at their next meeting, before
+  // enqueuing another sum.
+  void leave(int r, const Status& status, TpRendezvous& pass) {
+    collective_->rank_left(r, pass);
+    pass.leave(rank_error(r, status));
   }
 
   void run_rank(int r, DeviceKvPool& l1, std::span<const ModelSequence> batch, LogitsWanted logits,
@@ -414,11 +388,7 @@ class CudaTpModelImpl final : public CudaTpModel {
       if (result && out != nullptr) *out = std::move(*result);
       if (!result) status = result.status();
     }
-    if (status.is_ok()) return;
-    // The others see it at their next meeting, before enqueuing another sum;
-    // the collective undoes what this rank may leave them waiting for.
-    collective_->rank_left(r, pass);
-    pass.leave(rank_error(r, status));
+    if (!status.is_ok()) leave(r, status, pass);
   }
 
   ModelShape shape_;

@@ -91,25 +91,13 @@ Result<std::vector<double>> time_rows(const Forward& forward, const ModelShape& 
   return seconds;
 }
 
-// Restores the device that was current when it was made.
-class RestoreDevice {
- public:
-  RestoreDevice() { (void)cudaGetDevice(&device_); }
-  ~RestoreDevice() { (void)cudaSetDevice(device_); }
-  RestoreDevice(const RestoreDevice&) = delete;
-  RestoreDevice& operator=(const RestoreDevice&) = delete;
-
- private:
-  int device_ = 0;
-};
-
 // Bytes per second of a 256 MiB copy from device `from` to device `to`.
 Result<double> copy_bandwidth(int from, int to, double budget) {
-  const RestoreDevice restore;
+  cuda::DeviceScope device;
   constexpr size_t kBytes = size_t{256} << 20;
-  HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(from));
+  HIQ_RETURN_IF_ERROR(device.set(from));
   HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory source, cuda::device_alloc(kBytes, "copy source"));
-  HIQ_CUDA_RETURN_IF_ERROR(cudaSetDevice(to));
+  HIQ_RETURN_IF_ERROR(device.set(to));
   HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory target, cuda::device_alloc(kBytes, "copy target"));
   HIQ_ASSIGN_OR_RETURN(const double seconds, median_seconds(budget, [&]() -> Status {
     HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyPeer(target.get(), to, source.get(), from, kBytes));
@@ -188,7 +176,7 @@ Result<TpBenchReport> run_tp_model_bench(const ModelConfig& config, const ModelS
                                          const ModelBenchOptions& o,
                                          const std::function<void(size_t, size_t)>& progress) {
   HIQ_ASSIGN_OR_RETURN(const std::vector<cuda::GpuInfo> gpus, cuda::query_gpus());
-  const RestoreDevice restore;
+  const cuda::DeviceScope restore;  // the caller's device, which the ranks' setup changes
   // Each row twice (split, one GPU), then the restore rows.
   const size_t total = 2 * (o.prefill_tokens.size() + o.decode_batches.size()) + o.restore_codecs.size();
   size_t done = 0;

@@ -22,22 +22,7 @@
 namespace hiq {
 namespace {
 
-// Makes `device` current for a scope and restores the previous one.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    (void)cudaGetDevice(&previous_);
-    status_ = cuda::cuda_status(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() { (void)cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  const Status& status() const { return status_; }
-
- private:
-  int previous_ = 0;
-  Status status_;
-};
+using cuda::DeviceScope;
 
 Status rank_error(int rank, const Status& status) {
   return Status(status.code(), "rank " + std::to_string(rank) + ": " + status.message());

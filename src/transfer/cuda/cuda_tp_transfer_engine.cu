@@ -34,10 +34,7 @@ class TpEngine final : public CudaTpTransferEngine {
       : pinned_(std::move(pinned)), devices_(std::move(devices)) {}
   ~TpEngine() override { drain(); }  // the rank engines go first (declared last), then the pinning
 
-  Status add_rank(std::unique_ptr<CudaTransferEngine> engine) {
-    ranks_.push_back(std::move(engine));
-    return Status::ok();
-  }
+  void add_rank(std::unique_ptr<CudaTransferEngine> engine) { ranks_.push_back(std::move(engine)); }
 
   Result<Ticket> backup(std::span<const SlotId> l1_slots, std::span<const SlotId> l2_slots) override {
     return submit(TransferKind::kBackup, l1_slots, l2_slots);
@@ -194,8 +191,9 @@ class TpEngine final : public CudaTpTransferEngine {
       if (!s.is_ok() && s.code() != StatusCode::kNotFound && first.is_ok()) first = rank_error(static_cast<int>(r), s);
     }
     std::lock_guard lock(mu_);
-    HIQ_ASSIGN_OR_RETURN(Operation * op, find(ticket));
-    return op->status.is_ok() ? first : op->status;
+    Result<Operation*> op = find(ticket);
+    if (!op) return first;  // acknowledged whole meanwhile: the waits above are its parts' word
+    return (*op)->status.is_ok() ? first : (*op)->status;
   }
 
   PinnedHostMemory pinned_;  // first in, last out: unpinned after every rank engine is gone
@@ -226,7 +224,7 @@ Result<std::unique_ptr<CudaTpTransferEngine>> make_cuda_tp_transfer_engine(std::
     HIQ_RETURN_IF_ERROR(scope.status());
     auto part = make_cuda_rank_transfer_engine(*ranks[static_cast<size_t>(r)], l2, r, size, options);
     if (!part) return rank_error(r, part.status());
-    HIQ_RETURN_IF_ERROR(engine->add_rank(std::move(*part)));
+    engine->add_rank(std::move(*part));
   }
   return std::unique_ptr<CudaTpTransferEngine>(std::move(engine));
 }

@@ -289,7 +289,8 @@ int rows_per_block(const AttentionArgs& a) {
 template <int D, int kWarps>
 Status launch_warps(const AttentionArgs& a, cudaStream_t stream) {
   // More than 48 KB of dynamic shared memory must be asked for, on each device.
-  HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory(attention_kernel<D, kWarps>, static_cast<int>(kSmemBytes<D>)));
+  constexpr auto kKernel = attention_kernel<D, kWarps>;
+  HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory<kKernel>(static_cast<int>(kSmemBytes<D>)));
   constexpr int kRows = kWarps * kRowsPerWarp;
   const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + kRows - 1) / kRows;
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.num_sequences * a.kv_heads),

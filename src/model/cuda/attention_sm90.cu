@@ -582,7 +582,7 @@ Result<CUtensorMap> staged_plane_map(void* plane, const AttentionArgs& a) {
 
 template <bool kStaged>
 Status launch_kernel(const AttentionArgs& a, const CUtensorMap& k_map, const CUtensorMap& v_map, cudaStream_t stream) {
-  HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory(attention_sm90_kernel<kStaged>, static_cast<int>(kSmemBytes)));
+  HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory<attention_sm90_kernel<kStaged>>(static_cast<int>(kSmemBytes)));
   const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + kRows - 1) / kRows;
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(a.num_sequences * a.kv_heads));
   attention_sm90_kernel<kStaged><<<grid, kThreads, kSmemBytes, stream>>>(a, k_map, v_map);

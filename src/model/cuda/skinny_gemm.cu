@@ -248,8 +248,8 @@ Status launch_tiles(cudaLaunchConfig_t config, const __nv_bfloat16* x, int m, co
                     void* y, bool fp32, const SkinnyFusion& fusion) {
   if constexpr (kNormalize) {
     // More than 48 KB of dynamic shared memory must be asked for, on each device.
-    HIQ_RETURN_IF_ERROR(
-        allow_dynamic_shared_memory(skinny_gemm_kernel<kTiles, true>, static_cast<int>(kMostNormalizedBytes)));
+    constexpr auto kKernel = skinny_gemm_kernel<kTiles, true>;
+    HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory<kKernel>(static_cast<int>(kMostNormalizedBytes)));
     config.dynamicSmemBytes = normalized_bytes(m, k);
     // As many blocks as are resident at once, each staging x once for the tiles it takes.
     int device = 0, multiprocessors = 0, per_multiprocessor = 0;

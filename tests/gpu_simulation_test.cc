@@ -70,8 +70,10 @@ INSTANTIATE_TEST_SUITE_P(AllCodecs, GpuSimulation, ::testing::ValuesIn(kAllCodec
                          [](const ::testing::TestParamInfo<CodecKind>& p) { return std::string(codec_name(p.param)); });
 
 // A precision-tiered L2 too small for the working set: nodes are demoted
-// (int8 → int4h, or bf16 → int8 → int4h) and restored from the rungs they
-// reached; the GPU decodes each slot with its rung's codec.
+// (int8 → int4h, or bf16 → int8 → int4h) on the GPU, and restored from the
+// rungs they reached; the GPU decodes each slot with its rung's codec. The
+// CPU backend demotes with the CPU codecs: the same decisions and every
+// restored row checked mean the GPU's demoted records are the CPU's.
 TEST(GpuSimulationTiered, RestoresFromEveryRungAreRightAndAsTheCpuBackendDecides) {
   HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
   for (const char* spec : {"tiered:int8,int4h", "tiered:bf16,int8,int4h"}) {
@@ -96,6 +98,9 @@ TEST(GpuSimulationTiered, RestoresFromEveryRungAreRightAndAsTheCpuBackendDecides
     EXPECT_EQ(gpu->hit_rate, cpu->hit_rate);
     EXPECT_EQ(gpu->restored_rung_tokens, cpu->restored_rung_tokens);
     EXPECT_EQ(gpu->demoted_rung_tokens, cpu->demoted_rung_tokens);
+    EXPECT_GT(gpu->gpu_demotion_jobs, 0u) << "nothing was demoted on the GPU";
+    EXPECT_EQ(gpu->gpu_demotion_failed_jobs, 0u);
+    EXPECT_EQ(cpu->gpu_demotion_jobs, 0u);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <random>
@@ -203,7 +204,7 @@ TEST(Demotion, InPlaceRecordsDecodeAsTheLowerRungsRoundTripInAMixedLoad) {
   engine->poll();
 
   // b down one rung, c down two, through the engine on threads.
-  DemotionEngine demoter(*l2, {.threads = 2, .codec_impl = CodecImpl::kAuto, .before_job = {}});
+  DemotionEngine demoter(*l2, {.threads = 2, .codec_impl = CodecImpl::kAuto, .backend = {}, .before_job = {}});
   const auto demote = [&](std::vector<SlotId>& slots, int from) {
     DemotionJob job{slots, l2->demoted_slots(slots, from, from + 1), from, from + 1};
     const Ticket t = demoter.submit(job);
@@ -253,7 +254,7 @@ TEST(Demotion, AFailedJobWritesNothing) {
   std::byte* base = l2->plane(0, KvPart::kK);
   for (size_t i = 0; i < l2->reserved_bytes(); ++i) base[i] = static_cast<std::byte>(rng());
   const std::vector<std::byte> before(base, base + l2->reserved_bytes());
-  DemotionEngine demoter(*l2, {.threads = 0, .codec_impl = CodecImpl::kAuto,
+  DemotionEngine demoter(*l2, {.threads = 0, .codec_impl = CodecImpl::kAuto, .backend = {},
                                .before_job = [](Ticket) { return unavailable("injected"); }});
   const Ticket t = demoter.submit({slots, l2->demoted_slots(slots, 0, 1), 0, 1});
   EXPECT_EQ(demoter.wait(t).code(), StatusCode::kUnavailable);
@@ -261,6 +262,84 @@ TEST(Demotion, AFailedJobWritesNothing) {
   EXPECT_EQ(demoter.stats().failed_jobs, 1u);
   EXPECT_EQ(demoter.poll().size(), 1u);
   EXPECT_EQ(demoter.wait(t).code(), StatusCode::kNotFound) << "handed back by poll";
+}
+
+// A job's runs: maximal stretches whose old and new records are each one
+// block, covering the job in order; a hole in the slots starts a new run.
+TEST(Demotion, RunsAreMaximalBlocksOfOldAndNewRecords) {
+  const KvGeometry g = small_geometry();
+  HostKvPoolOptions o;
+  ASSERT_TRUE(parse_host_codec("tiered:int8,int4h", o).is_ok());
+  o.capacity_tokens = 40;
+  auto l2 = *HostKvPool::create(g, o, 40);
+  auto a = *l2->allocate(6, 0), hole = *l2->allocate(4, 0), b = *l2->allocate(5, 0);
+  std::vector<SlotId> slots = a;
+  slots.insert(slots.end(), b.begin(), b.end());  // two runs: a, then b past the hole
+  const DemotionJob job{slots, l2->demoted_slots(slots, 0, 1), 0, 1};
+  ASSERT_TRUE(check_demotion_job(*l2, job).is_ok());
+  const std::vector<DemotionRun> runs = demotion_runs(*l2, job);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].begin, 0u);
+  EXPECT_EQ(runs[0].count, 6u);
+  EXPECT_EQ(runs[1].begin, 6u);
+  EXPECT_EQ(runs[1].count, 5u);
+  const size_t from_span = l2->bytes_per_token(0) / l2->granule_bytes();
+  const size_t to_span = l2->bytes_per_token(1) / l2->granule_bytes();
+  for (const DemotionRun& r : runs) {
+    EXPECT_LE(job.to[r.begin], job.from[r.begin]) << "a run's new records start at or before its old ones";
+    for (size_t i = r.begin + 1; i < r.begin + r.count; ++i) {
+      EXPECT_EQ(job.from[i], job.from[i - 1] + from_span);
+      EXPECT_EQ(job.to[i], job.to[i - 1] + to_span);
+    }
+  }
+  EXPECT_TRUE(demotion_runs(*l2, DemotionJob{{}, {}, 0, 1}).empty());
+
+  EXPECT_EQ(check_demotion_job(*l2, DemotionJob{slots, {}, 0, 1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(check_demotion_job(*l2, DemotionJob{slots, job.to, 1, 1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(check_demotion_job(*l2, DemotionJob{slots, job.to, 0, 2}).code(), StatusCode::kInvalidArgument);
+  (void)hole;
+}
+
+// The engine runs its backend on the workers (a CUDA server's GPU demoter);
+// a backend's failure fails the job as the default one's would.
+TEST(Demotion, TheEngineRunsItsBackendInsteadOfTheCpuCodecs) {
+  const KvGeometry g = small_geometry();
+  HostKvPoolOptions o;
+  ASSERT_TRUE(parse_host_codec("tiered:int8,int4h", o).is_ok());
+  o.capacity_tokens = 32;
+  auto l2 = *HostKvPool::create(g, o, 32);
+  auto a = *l2->allocate(8, 0), b = *l2->allocate(8, 0);
+  std::mt19937 rng(3);
+  std::byte* base = l2->plane(0, KvPart::kK);
+  for (size_t i = 0; i < l2->reserved_bytes(); ++i) base[i] = static_cast<std::byte>(rng());
+  const std::vector<std::byte> before(base, base + l2->reserved_bytes());
+  std::atomic<int> calls{0};
+  std::vector<std::byte> scratch;
+  DemotionBackend backend = [&](const DemotionJob& job) {
+    ++calls;
+    if (job.from == b) return unavailable("injected");
+    return demote_records(*l2, job, scratch);
+  };
+  DemotionEngine demoter(*l2, {.threads = 1, .codec_impl = CodecImpl::kAuto, .backend = backend, .before_job = {}});
+  const Ticket ta = demoter.submit({a, l2->demoted_slots(a, 0, 1), 0, 1});
+  const Ticket tb = demoter.submit({b, l2->demoted_slots(b, 0, 1), 0, 1});
+  EXPECT_TRUE(demoter.wait(ta).is_ok());
+  EXPECT_EQ(demoter.wait(tb).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(demoter.stats().jobs, 1u);
+  EXPECT_EQ(demoter.stats().failed_jobs, 1u);
+  // a's records are the CPU codecs' demotion of the same bytes; b's are untouched.
+  std::vector<std::byte> expected = before;
+  {
+    auto copy = *HostKvPool::create(g, o, 32);
+    ASSERT_EQ(copy->reserved_bytes(), l2->reserved_bytes());
+    auto ca = *copy->allocate(8, 0);
+    ASSERT_EQ(ca, a);
+    std::memcpy(copy->plane(0, KvPart::kK), before.data(), before.size());
+    ASSERT_TRUE(demote_records(*copy, {ca, copy->demoted_slots(ca, 0, 1), 0, 1}, scratch).is_ok());
+    expected.assign(copy->plane(0, KvPart::kK), copy->plane(0, KvPart::kK) + copy->reserved_bytes());
+  }
+  EXPECT_EQ(std::memcmp(base, expected.data(), expected.size()), 0);
 }
 
 }  // namespace

@@ -99,6 +99,7 @@ RadixCache::RadixCache(DeviceKvPool& l1, HostKvPool* l2, TransferEngine* engine,
     DemotionEngineOptions demotion;
     demotion.threads = options_.demotion_threads;
     demotion.before_job = options_.demotion_hook;
+    demotion.backend = options_.demotion_backend;
     demoter_ = std::make_unique<DemotionEngine>(*l2, std::move(demotion));
   }
 }

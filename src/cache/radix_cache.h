@@ -141,6 +141,7 @@ struct RadixCacheOptions {
   size_t load_back_min_tokens = 1;                         // shorter host-only matches are recomputed
   // A tiered host pool only:
   int demotion_threads = 4;          // host threads that re-encode cold nodes (0: inline, for tests)
+  DemotionBackend demotion_backend;  // what they run; empty: the CPU codecs (a CUDA server: the GPU's)
   double demotion_watermark = 1.0 / 16;  // demote ahead while less than this fraction of L2 is free
   size_t reuse_window = 256;             // host hits whose reuse distances size rung 0's band
   double reuse_headroom = 1.25;          // the lower rungs reach this far past the farthest of them

@@ -1,9 +1,10 @@
-// Serves memory/cuda_device_kv_pool.h, transfer/cuda_transfer_engine.h and
-// transfer/transfer_bench.h in builds without the CUDA backend: every factory
-// answers kUnavailable.
+// Serves memory/cuda_device_kv_pool.h, transfer/cuda_transfer_engine.h,
+// transfer/cuda_demoter.h and transfer/transfer_bench.h in builds without the
+// CUDA backend: every factory answers kUnavailable.
 #include <utility>
 
 #include "memory/cuda_device_kv_pool.h"
+#include "transfer/cuda_demoter.h"
 #include "transfer/cuda_transfer_engine.h"
 #include "transfer/transfer_bench.h"
 
@@ -48,5 +49,7 @@ Result<std::unique_ptr<CudaTpTransferEngine>> make_cuda_tp_transfer_engine(std::
 Result<TransferBenchReport> run_transfer_bench(const TransferBenchOptions&, const std::function<void(size_t, size_t)>&) {
   return not_built();
 }
+
+Result<std::shared_ptr<CudaDemoter>> make_cuda_demoter(HostKvPool&, CudaDemoterOptions) { return not_built(); }
 
 }  // namespace hiq

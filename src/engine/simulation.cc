@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "memory/cuda_device_kv_pool.h"
+#include "transfer/cuda_demoter.h"
 #include "transfer/cuda_transfer_engine.h"
 
 namespace hiq {
@@ -90,6 +91,7 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
   ro.cost = config.cost;
   ro.verify_every_decode_row = config.verify_every_read;
   SimRunner runner(*l1, l2.get(), engine.get(), ro);
+  std::shared_ptr<CudaDemoter> gpu_demoter;  // the CUDA backend's, with a ladder
   SimulationReport report;
   std::vector<double> ttfts, itls;
   std::unordered_map<uint64_t, double> last_token_at;  // per running request
@@ -100,6 +102,13 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
     // the critical path.
     RadixCacheOptions cache_options = config.cache;
     cache_options.demotion_threads = 0;
+    // On the CUDA backend a ladder demotes on the GPU, as a CUDA server does.
+    if (config.backend == SimBackend::kCuda && l2 && l2->tiered()) {
+      auto made = make_cuda_demoter(*l2);
+      if (!made) return made.status().with_context("--device cuda");
+      gpu_demoter = std::move(*made);
+      cache_options.demotion_backend = demotion_backend(gpu_demoter);
+    }
     RadixCache cache(*l1, l2.get(), engine.get(), cache_options);
     Scheduler scheduler(cache, *l1, engine.get(), runner, config.scheduler);
     const size_t total = source.total();
@@ -159,6 +168,10 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
       report.demoted_rung_tokens.push_back(cs.demoted_tokens[rung]);
     }
     report.demotion_waits = cs.demotion_waits;
+    if (gpu_demoter) {
+      report.gpu_demotion_jobs = gpu_demoter->stats().gpu_jobs;
+      report.gpu_demotion_failed_jobs = gpu_demoter->stats().host_jobs;
+    }
   }
   if (l2) {
     report.l2_capacity_tokens = l2->capacity_tokens();

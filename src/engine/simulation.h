@@ -69,6 +69,9 @@ struct SimulationReport {
   // demoted to it (rung 0's: none); allocations that waited for demotion.
   std::vector<uint64_t> restored_rung_tokens, backup_rung_tokens, demoted_rung_tokens;
   uint64_t demotion_waits = 0;
+  // The CUDA backend demotes on the GPU: jobs done there, and jobs whose GPU
+  // part failed and that ran on the host instead.
+  uint64_t gpu_demotion_jobs = 0, gpu_demotion_failed_jobs = 0;
   uint64_t verified_tokens = 0;       // cached tokens the simulated model checked on read
   double ttft_mean = 0, ttft_p50 = 0, ttft_p99 = 0;  // seconds, virtual
   double itl_p50 = 0, itl_p99 = 0, itl_max = 0;      // seconds between a request's consecutive tokens, virtual

@@ -20,6 +20,7 @@
 #include "storage/storage_value.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "transfer/cuda_demoter.h"
 #include "transfer/cuda_transfer_engine.h"
 #include "transfer/transfer_engine.h"
 
@@ -41,6 +42,21 @@ Result<std::unique_ptr<ChatTemplate>> load_chat_template(const ServeConfig& c, c
 }
 
 }  // namespace
+
+std::string_view demotion_device_name(DemotionDevice device) {
+  switch (device) {
+    case DemotionDevice::kAuto: return "auto";
+    case DemotionDevice::kCpu: return "cpu";
+    case DemotionDevice::kGpu: return "gpu";
+  }
+  return "?";
+}
+
+Result<DemotionDevice> parse_demotion_device(std::string_view name) {
+  for (DemotionDevice d : {DemotionDevice::kAuto, DemotionDevice::kCpu, DemotionDevice::kGpu})
+    if (name == demotion_device_name(d)) return d;
+  return invalid_argument("demotion_device must be auto, cpu or gpu, not '" + std::string(name) + "'");
+}
 
 Status ServeConfig::validate() const {
   if (model_dir.empty()) return invalid_argument("model_dir must name a model directory");
@@ -66,6 +82,8 @@ Status ServeConfig::validate() const {
   } else {
     HIQ_RETURN_IF_ERROR(cuda.validate());
     if (!tp_devices.empty()) return invalid_argument("tp_devices places ranks on GPUs: it needs device cuda");
+    if (demotion_device == DemotionDevice::kGpu)
+      return invalid_argument("demotion_device gpu demotes on the serving GPU: it needs device cuda");
   }
   if (storage.backend != StorageBackendKind::kNone) {
     if (!hicache) return invalid_argument("storage needs the host tier: its blocks are L2 records");
@@ -124,6 +142,16 @@ ServingStack::~ServingStack() {
   runner_.reset();
   cache_.reset();
   transfer_.reset();
+}
+
+ServingStack::DemotionReport ServingStack::demotion_report() const {
+  DemotionReport r;
+  const DemotionEngine* engine = cache_->demotion_engine();
+  if (engine == nullptr) return r;
+  r.device = demoter_ ? "gpu" : "cpu";
+  r.stats = engine->stats();
+  if (demoter_) r.gpu_failed_jobs = demoter_->stats().host_jobs;
+  return r;
 }
 
 namespace {
@@ -208,7 +236,20 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
       HIQ_ASSIGN_OR_RETURN(s->transfer_, make_cpu_transfer_engine(rank_pools, *s->l2_, options));
     }
   }
-  s->cache_ = std::make_unique<RadixCache>(*s->l1_, s->l2_.get(), s->transfer_.get(), c.cache);
+  RadixCacheOptions cache_options = c.cache;
+  if (cuda && s->l2_ && s->l2_->tiered() && c.demotion_device != DemotionDevice::kCpu) {
+    CudaDemoterOptions options;
+    options.device = devices.empty() ? -1 : devices[0];
+    Result<std::shared_ptr<CudaDemoter>> demoter = make_cuda_demoter(*s->l2_, options);
+    if (!demoter && c.demotion_device == DemotionDevice::kGpu) return demoter.status().with_context("GPU demotion");
+    if (demoter) {
+      s->demoter_ = std::move(*demoter);
+      cache_options.demotion_backend = demotion_backend(s->demoter_);
+    } else {
+      log(LogLevel::kWarning, "serve", "demoting on host threads: " + demoter.status().to_string());
+    }
+  }
+  s->cache_ = std::make_unique<RadixCache>(*s->l1_, s->l2_.get(), s->transfer_.get(), std::move(cache_options));
   if (c.storage.backend != StorageBackendKind::kNone) {
     HIQ_ASSIGN_OR_RETURN(std::unique_ptr<StorageBackend> backend, make_storage_backend(c.storage));
     std::string identity = c.model_fingerprint;

@@ -37,6 +37,16 @@ class LoadedModel;
 class CudaModel;
 class CudaTpModel;
 class CpuTpModel;
+class CudaDemoter;
+
+// Where a ladder's demotions run (--hicache-demotion-device).
+enum class DemotionDevice : uint8_t {
+  kAuto,  // the GPU when serving on one, else host threads
+  kCpu,   // host threads
+  kGpu,   // the GPU (transfer/cuda_demoter.h); device cuda only
+};
+std::string_view demotion_device_name(DemotionDevice device);
+Result<DemotionDevice> parse_demotion_device(std::string_view name);  // auto, cpu, gpu
 
 struct ServeConfig {
   static constexpr int kMaxTpSize = 256;  // tp_size's bound: a thread per rank
@@ -46,7 +56,8 @@ struct ServeConfig {
   int page_size = 1;                // --page-size
   bool hicache = true;              // false: --no-hicache (L1 only)
   HostKvPoolOptions host;           // --hicache-codec, --record-align, --hicache-size / --hicache-ratio
-  RadixCacheOptions cache;          // --hicache-write-policy
+  RadixCacheOptions cache;          // --hicache-write-policy, --hicache-demotion-threads
+  DemotionDevice demotion_device = DemotionDevice::kAuto;  // --hicache-demotion-device
   SchedulerOptions scheduler;       // --max-prefill-tokens, --max-running-requests
   int transfer_workers = 2;         // CPU transfer engine threads
   int cpu_threads = 0;              // --cpu-threads: the CPU forward pass's threads (process-wide); 0: every core
@@ -147,6 +158,13 @@ class ServingStack {
   const std::string& device() const { return model_->device(); }
   // Tensor-parallel ranks (1 without tensor parallelism).
   int tp_size() const { return 1 + static_cast<int>(other_ranks_l1_.size()); }
+  // A ladder's demotions: where they ran and what they did (thread-safe).
+  struct DemotionReport {
+    std::string device;            // "gpu" or "cpu"; empty without a ladder
+    DemotionStats stats;           // the demotion engine's
+    uint64_t gpu_failed_jobs = 0;  // GPU demotion only: jobs whose GPU part failed, done on the host
+  };
+  DemotionReport demotion_report() const;
 
  private:
   ServingStack() = default;
@@ -157,6 +175,7 @@ class ServingStack {
   std::unique_ptr<DeviceKvPool> l1_;                           // rank 0's: the tree allocates its slots
   std::vector<std::unique_ptr<DeviceKvPool>> other_ranks_l1_;  // ranks 1 … tp_size-1, the same slots
   std::unique_ptr<HostKvPool> l2_;
+  std::shared_ptr<CudaDemoter> demoter_;  // a ladder demoting on the GPU; the cache's engine shares it
   std::unique_ptr<TransferEngine> transfer_;
   std::unique_ptr<RadixCache> cache_;
   std::unique_ptr<StorageTier> storage_;  // destroyed after serving_ (whose thread uses it), before cache_

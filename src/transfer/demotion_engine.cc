@@ -13,39 +13,51 @@ namespace {
 constexpr size_t kChunkTokens = 16;  // tokens read into scratch at a time
 }
 
-Status demote_records(HostKvPool& pool, const DemotionJob& job, std::vector<std::byte>& scratch, CodecStats* stats,
-                      CodecImpl impl) {
+Status check_demotion_job(const HostKvPool& pool, const DemotionJob& job) {
   if (job.from.size() != job.to.size()) return invalid_argument("demotion: slot lists of different lengths");
   if (job.from_rung < 0 || job.to_rung <= job.from_rung || job.to_rung >= pool.rungs())
     return invalid_argument("demotion: rung " + std::to_string(job.from_rung) + " to rung " +
                             std::to_string(job.to_rung));
   if (pool.record_order() != RecordOrder::kTokenMajor) return invalid_argument("demotion: a layer-major pool");
+  return Status::ok();
+}
+
+std::vector<DemotionRun> demotion_runs(const HostKvPool& pool, const DemotionJob& job) {
+  const size_t from_span = pool.bytes_per_token(job.from_rung) / pool.granule_bytes();
+  const size_t to_span = pool.bytes_per_token(job.to_rung) / pool.granule_bytes();
+  std::vector<DemotionRun> runs;
+  for (size_t i = 0; i < job.from.size(); ++i) {
+    if (i > 0 && job.from[i] == job.from[i - 1] + from_span && job.to[i] == job.to[i - 1] + to_span)
+      ++runs.back().count;
+    else
+      runs.push_back({i, 1});
+  }
+  return runs;
+}
+
+Status demote_records(HostKvPool& pool, const DemotionJob& job, std::vector<std::byte>& scratch, CodecStats* stats,
+                      CodecImpl impl) {
+  HIQ_RETURN_IF_ERROR(check_demotion_job(pool, job));
   const size_t from_bytes = pool.bytes_per_token(job.from_rung), to_bytes = pool.bytes_per_token(job.to_rung);
   const size_t granule = pool.granule_bytes();
   const KvGeometry& g = pool.geometry();
   const int parts = g.rows_per_layer();
   std::byte* const base = pool.plane(0, KvPart::kK, 0);  // slot 0 of any rung starts here
   scratch.resize(std::max(scratch.size(), kChunkTokens * from_bytes));
-  const size_t n = job.from.size();
   // Chunks never straddle runs: a run's tokens move toward its start, in order.
-  for (size_t begin = 0; begin < n;) {
-    size_t end = begin + 1;
-    while (end < n && end - begin < kChunkTokens && job.from[end] == job.from[end - 1] + from_bytes / granule &&
-           job.to[end] == job.to[end - 1] + to_bytes / granule)
-      ++end;
-    const size_t count = end - begin;
-    for (size_t i = 0; i < count; ++i)
-      std::memcpy(scratch.data() + i * from_bytes, base + size_t{job.from[begin + i]} * granule, from_bytes);
-    for (int layer = 0; layer < g.num_layers; ++layer)
-      for (int p = 0; p < parts; ++p) {
-        const auto part = static_cast<KvPart>(p);
-        const std::byte* src = pool.plane(layer, part, job.from_rung) - base + scratch.data();
-        std::byte* dst = pool.record(layer, part, job.to[begin], job.to_rung);
-        transcode_rows(pool.layout(part, job.from_rung), src, from_bytes, pool.layout(part, job.to_rung), dst, to_bytes,
-                       count, stats, impl);
-      }
-    begin = end;
-  }
+  for (const DemotionRun& run : demotion_runs(pool, job))
+    for (size_t begin = run.begin; begin < run.begin + run.count; begin += kChunkTokens) {
+      const size_t count = std::min(kChunkTokens, run.begin + run.count - begin);
+      std::memcpy(scratch.data(), base + size_t{job.from[begin]} * granule, count * from_bytes);
+      for (int layer = 0; layer < g.num_layers; ++layer)
+        for (int p = 0; p < parts; ++p) {
+          const auto part = static_cast<KvPart>(p);
+          const std::byte* src = pool.plane(layer, part, job.from_rung) - base + scratch.data();
+          std::byte* dst = pool.record(layer, part, job.to[begin], job.to_rung);
+          transcode_rows(pool.layout(part, job.from_rung), src, from_bytes, pool.layout(part, job.to_rung), dst,
+                         to_bytes, count, stats, impl);
+        }
+    }
   return Status::ok();
 }
 
@@ -84,7 +96,9 @@ Ticket DemotionEngine::submit(DemotionJob job) {
 void DemotionEngine::run(const Job& job, std::vector<std::byte>& scratch) {
   const auto start = std::chrono::steady_clock::now();
   Status status = options_.before_job ? options_.before_job(job.ticket) : Status::ok();
-  if (status.is_ok()) status = demote_records(pool_, job.job, scratch, nullptr, options_.codec_impl);
+  if (status.is_ok())
+    status = options_.backend ? options_.backend(job.job)
+                              : demote_records(pool_, job.job, scratch, nullptr, options_.codec_impl);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   {
     std::lock_guard lock(mu_);

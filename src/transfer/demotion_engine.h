@@ -9,6 +9,10 @@
 // own old place, and no token's new records reach a token not yet read.
 // This needs no free space, which is what a full tier has least of.
 //
+// Where the re-encoding runs is the engine's backend: by default
+// demote_records() on the worker threads; a CUDA server passes the GPU's
+// (transfer/cuda_demoter.h), which does the same bytes some 20× faster.
+//
 // Contract with the caller (the cache): while a job runs, nothing else reads
 // or writes its slots' records (the node is in state "demoting": it is not
 // restored, evicted, pinned or written to storage), and the slots stay
@@ -52,9 +56,14 @@ struct DemotionStats {
   double seconds = 0;                          // summed over jobs, on the workers
 };
 
+// Re-encodes one job in place, on the calling worker thread, under the
+// contract above; fails only before it writes anything.
+using DemotionBackend = std::function<Status(const DemotionJob&)>;
+
 struct DemotionEngineOptions {
   int threads = 2;  // workers; 0: submit() runs the job before it returns (deterministic tests)
   CodecImpl codec_impl = CodecImpl::kAuto;
+  DemotionBackend backend;  // empty: demote_records() with codec_impl
   // Test hook, run on the worker before a job; a non-OK status fails it.
   std::function<Status(Ticket)> before_job;
 };
@@ -99,9 +108,20 @@ class DemotionEngine {
   std::vector<std::thread> workers_;
 };
 
-// Re-encodes `job` in place (the engine's work, exposed for benchmarks).
-// `scratch` grows as needed. Errors: slots of different lengths, rungs out
-// of order.
+// Whether `job` can be demoted in `pool`. Errors: slots of different
+// lengths, rungs out of order, a layer-major pool.
+Status check_demotion_job(const HostKvPool& pool, const DemotionJob& job);
+
+// The job's tokens as maximal runs [begin, begin + count) whose old records
+// are one block of memory and whose new ones are another: what a backend
+// copies at once. A run's new block starts at or before its old one.
+struct DemotionRun {
+  size_t begin = 0, count = 0;
+};
+std::vector<DemotionRun> demotion_runs(const HostKvPool& pool, const DemotionJob& job);
+
+// Re-encodes `job` in place on this thread (the default backend, exposed
+// for benchmarks). `scratch` grows as needed. Errors: check_demotion_job's.
 Status demote_records(HostKvPool& pool, const DemotionJob& job, std::vector<std::byte>& scratch,
                       CodecStats* stats = nullptr, CodecImpl impl = CodecImpl::kAuto);
 

@@ -2,10 +2,12 @@
 // rung down (transfer/demotion_engine.h), against memcpy of the same bytes
 // on as many threads, in the same run. A pool of the model's geometry is
 // filled with encoded rows of Gaussian values, cut into jobs the size of a
-// radix node, and demoted in place on 1, 2, 4 … threads; the records are
-// restored from a pristine copy before each run. Demotion has to keep pace
-// with the backups a full tier takes: tokens/s is the figure to set against
-// the prefill rate.
+// radix node, and demoted in place on 1, 2, 4 … threads, each running the
+// CPU codecs or (--device gpu) driving the GPU's (transfer/cuda_demoter.h);
+// the records are restored from a pristine copy before each run, and every
+// GPU run's pool must equal the CPU's byte for byte. Demotion has to keep
+// pace with the backups a full tier takes: tokens/s is the figure to set
+// against the prefill rate.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -18,10 +20,12 @@
 #include "codec/numeric.h"
 #include "core/units.h"
 #include "kv/model_config.h"
+#include "memory/cuda_device_kv_pool.h"
 #include "memory/host_kv_pool.h"
 #include "tools/hiq/commands.h"
 #include "tools/hiq/list_flag.h"
 #include "tools/hiq/table.h"
+#include "transfer/cuda_demoter.h"
 #include "transfer/demotion_engine.h"
 
 namespace hiq::cli {
@@ -33,6 +37,7 @@ struct DemotionBenchFlags {
   int64_t tokens = 16384;
   int64_t job_tokens = 2048;
   std::string threads = "1,2,4,8";
+  std::string devices = "cpu";
   int repeats = 3;
   bool json = false;
 };
@@ -62,6 +67,11 @@ int run_demotion_bench(const DemotionBenchFlags& f) {
     return report_error(what, invalid_argument("--tokens, --job-tokens and --repeats must be positive"));
   auto threads = parse_integer_list_flag(f.threads, "--threads", 1, 256, ListRepeats::kRefuse);
   if (!threads) return report_error(what, threads.status());
+  auto parsed_devices = parse_list_flag(f.devices, "--device");
+  if (!parsed_devices) return report_error(what, parsed_devices.status());
+  const std::vector<std::string> devices = std::move(*parsed_devices);
+  for (const std::string& d : devices)
+    if (d != "cpu" && d != "gpu") return report_error(what, invalid_argument("--device takes cpu and gpu, not '" + d + "'"));
   auto geometry = resolve_model_geometry(f.model);
   if (!geometry) return report_error(what, geometry.status());
   HostKvPoolOptions o;
@@ -104,28 +114,56 @@ int run_demotion_bench(const DemotionBenchFlags& f) {
   const std::vector<std::byte> pristine(base, base + pool.reserved_bytes());
   std::vector<std::byte> scratch(bytes);
 
+  // The GPU's runs must leave the pool as the CPU's do: the CPU's result first.
+  // A server's pool is pinned (its transfer engine pins it): so is this one
+  // for the GPU's copies.
+  std::vector<std::byte> expected;
+  std::shared_ptr<CudaDemoter> gpu;
+  PinnedHostMemory pinned;
+  if (std::find(devices.begin(), devices.end(), "gpu") != devices.end()) {
+    auto made_gpu = make_cuda_demoter(pool);
+    if (!made_gpu) return report_error(what, made_gpu.status().with_context("--device gpu"));
+    gpu = std::move(*made_gpu);
+    auto pin = PinnedHostMemory::pin(base, pool.reserved_bytes());
+    if (!pin) return report_error(what, pin.status().with_context("--device gpu"));
+    pinned = std::move(*pin);
+    std::vector<std::byte> job_scratch;
+    for (const DemotionJob& job : jobs)
+      if (Status st = demote_records(pool, job, job_scratch); !st.is_ok()) return report_error(what, st);
+    expected.assign(base, base + pool.reserved_bytes());
+  }
+
   struct Row {
+    std::string device;
     int threads;
     double memcpy_gbps, demotion_gbps, tokens_per_s;
   };
   std::vector<Row> rows;
-  for (int64_t t : *threads) {
-    const int n = static_cast<int>(t);
-    double best_memcpy = 1e30, best_demotion = 1e30;
-    for (int r = 0; r < f.repeats; ++r) {
-      best_memcpy = std::min(best_memcpy, memcpy_seconds(scratch.data(), base, bytes, n));
-      std::memcpy(base, pristine.data(), pristine.size());  // rung 0 again, outside the timing
-      DemotionEngine engine(pool, {.threads = n, .codec_impl = CodecImpl::kAuto, .before_job = {}});
-      const auto start = Clock::now();
-      for (const DemotionJob& job : jobs) engine.submit(job);
-      engine.drain();
-      best_demotion = std::min(best_demotion, seconds_since(start));
-      for (const DemotionCompletion& c : engine.poll())
-        if (!c.status.is_ok()) return report_error(what, c.status);
+  for (const std::string& device : devices)
+    for (int64_t t : *threads) {
+      const int n = static_cast<int>(t);
+      double best_memcpy = 1e30, best_demotion = 1e30;
+      for (int r = 0; r < f.repeats; ++r) {
+        best_memcpy = std::min(best_memcpy, memcpy_seconds(scratch.data(), base, bytes, n));
+        std::memcpy(base, pristine.data(), pristine.size());  // rung 0 again, outside the timing
+        DemotionEngineOptions options{.threads = n, .codec_impl = CodecImpl::kAuto, .backend = {}, .before_job = {}};
+        if (device == "gpu") options.backend = demotion_backend(gpu);
+        DemotionEngine engine(pool, std::move(options));
+        const auto start = Clock::now();
+        for (const DemotionJob& job : jobs) engine.submit(job);
+        engine.drain();
+        best_demotion = std::min(best_demotion, seconds_since(start));
+        for (const DemotionCompletion& c : engine.poll())
+          if (!c.status.is_ok()) return report_error(what, c.status);
+        if (device == "gpu" && std::memcmp(base, expected.data(), expected.size()) != 0)
+          return report_error(what, internal_error("the GPU's demoted records differ from the CPU's"));
+      }
+      rows.push_back({device, n, static_cast<double>(bytes) / best_memcpy / 1e9,
+                      static_cast<double>(bytes) / best_demotion / 1e9, static_cast<double>(tokens) / best_demotion});
     }
-    rows.push_back({n, static_cast<double>(bytes) / best_memcpy / 1e9, static_cast<double>(bytes) / best_demotion / 1e9,
-                    static_cast<double>(tokens) / best_demotion});
-  }
+  if (gpu && gpu->stats().host_jobs > 0)
+    return report_error(what, internal_error(std::to_string(gpu->stats().host_jobs) +
+                                             " GPU jobs failed and ran on the host: the GPU rows are not the GPU's"));
 
   const std::string from = std::string(codec_name(pool.codec(0).k)), to = std::string(codec_name(pool.codec(1).k));
   if (f.json) {
@@ -134,7 +172,8 @@ int run_demotion_bench(const DemotionBenchFlags& f) {
                           {"job_tokens", f.job_tokens}, {"bytes_per_token", pool.bytes_per_token(0)},
                           {"hardware_threads", std::thread::hardware_concurrency()}};
     for (const Row& r : rows)
-      out["rows"].push_back({{"threads", r.threads},
+      out["rows"].push_back({{"device", r.device},
+                             {"threads", r.threads},
                              {"memcpy_gb_per_s", r.memcpy_gbps},
                              {"demotion_gb_per_s", r.demotion_gbps},
                              {"tokens_per_s", r.tokens_per_s},
@@ -145,9 +184,9 @@ int run_demotion_bench(const DemotionBenchFlags& f) {
   std::cout << "demotion " << from << " > " << to << ", " << f.model << ": " << tokens << " tokens of "
             << format_count(pool.bytes_per_token(0)) << " B in jobs of " << f.job_tokens << "; GB/s of " << from
             << " records read, best of " << f.repeats << "\n";
-  Table table({"threads", "memcpy GB/s", "demotion GB/s", "of memcpy", "tokens/s"});
+  Table table({"device", "threads", "memcpy GB/s", "demotion GB/s", "of memcpy", "tokens/s"});
   for (const Row& r : rows)
-    table.add_row({std::to_string(r.threads), format_fixed(r.memcpy_gbps, 2), format_fixed(r.demotion_gbps, 2),
+    table.add_row({r.device, std::to_string(r.threads), format_fixed(r.memcpy_gbps, 2), format_fixed(r.demotion_gbps, 2),
                    format_fixed(100 * r.demotion_gbps / r.memcpy_gbps, 1) + " %",
                    format_count(static_cast<uint64_t>(r.tokens_per_s))});
   table.print(std::cout);
@@ -159,13 +198,14 @@ int run_demotion_bench(const DemotionBenchFlags& f) {
 std::function<int()> add_bench_demotion_command(CLI::App& bench) {
   auto f = std::make_shared<DemotionBenchFlags>();
   CLI::App* app = bench.add_subcommand(
-      "demotion", "Demotion one rung down on host threads, against memcpy of the same bytes on as many threads");
+      "demotion", "Demotion one rung down (CPU or GPU codecs), against memcpy of the same bytes on as many threads");
   app->add_option("--model", f->model, "Model (a preset or a directory with config.json): the KV geometry")
       ->capture_default_str();
   app->add_option("--hicache-codec", f->codec, "The ladder; its first two rungs are measured")->capture_default_str();
   app->add_option("--tokens", f->tokens, "Tokens demoted per run")->capture_default_str();
   app->add_option("--job-tokens", f->job_tokens, "Tokens of one job (one radix node)")->capture_default_str();
   app->add_option("--threads", f->threads, "Thread counts to measure, comma-separated")->capture_default_str();
+  app->add_option("--device", f->devices, "Where the threads demote: cpu, gpu, or cpu,gpu")->capture_default_str();
   app->add_option("--repeats", f->repeats, "Runs per thread count; the best is kept")->capture_default_str();
   app->add_flag("--json", f->json, "Print JSON");
   return [f, app] { return app->parsed() ? run_demotion_bench(*f) : -1; };

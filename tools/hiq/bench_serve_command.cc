@@ -146,6 +146,13 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
                        {"load_back_tokens", s.cache.load_back_rung_tokens[rung]}});
     out["server"]["rungs"] = rungs;
     out["server"]["demotion_waits"] = s.cache.demotion_waits;
+    const ServingStack::DemotionReport d = stack->demotion_report();
+    out["server"]["demotion"] = {{"device", d.device},
+                                 {"jobs", d.stats.jobs},
+                                 {"tokens", d.stats.tokens},
+                                 {"failed_jobs", d.stats.failed_jobs},
+                                 {"seconds", d.stats.seconds},
+                                 {"gpu_failed_jobs", d.gpu_failed_jobs}};
   }
   // Seconds are summed from each operation's submission to its completion,
   // so bytes / seconds is the mean rate one operation saw.

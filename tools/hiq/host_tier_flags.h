@@ -70,7 +70,7 @@ inline void add_host_tier_flags(CLI::App* app, HostTierFlags& flags) {
       ->capture_default_str();
   app->add_flag("--no-hicache", f->none, "No host tier: L1 only");
   app->add_option("--hicache-demotion-threads", f->demotion_threads,
-                  "A ladder (tiered:…): host threads that demote cold nodes")
+                  "A ladder (tiered:…): threads that demote cold nodes")
       ->capture_default_str();
 }
 

@@ -26,6 +26,7 @@ struct ServeFlags {
   StorageFlags storage;
   TpFlags tp;
   int64_t max_queued_requests = 0;
+  std::string demotion_device = "auto";  // --hicache-demotion-device
 };
 
 inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
@@ -35,6 +36,9 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
   c.hicache = !f.host.none;
   HIQ_ASSIGN_OR_RETURN(c.host, host_tier_options(f.host));
   HIQ_RETURN_IF_ERROR(apply_host_cache_flags(f.host, c.cache));
+  const Result<DemotionDevice> demotion = parse_demotion_device(f.demotion_device);
+  if (!demotion) return with_flag_names(demotion.status(), {{"demotion_device", "--hicache-demotion-device"}});
+  c.demotion_device = *demotion;
   HIQ_RETURN_IF_ERROR(apply_scheduler_flags(f.scheduler, c.scheduler));
   if (f.max_queued_requests < 0) return invalid_argument("--max-queued-requests must not be negative");
   c.scheduler.max_queued_requests = static_cast<size_t>(f.max_queued_requests);
@@ -51,7 +55,8 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
                                                      {"tp_devices", "--tp-devices"},
                                                      {"cuda_graph_max_batch", "--cuda-graph-max-bs"},
                                                      {"storage_block_tokens", "--hicache-storage-block-tokens"},
-                                                     {"storage", "--hicache-storage-backend"}}));
+                                                     {"storage", "--hicache-storage-backend"},
+                                                     {"demotion_device", "--hicache-demotion-device"}}));
   return c;
 }
 
@@ -74,6 +79,10 @@ inline void add_stack_flags(CLI::App* app, ServeFlags& flags) {
   add_tp_flags(app, f->tp);
   add_cuda_graph_flags(app, f->config.cuda);
   add_host_tier_flags(app, f->host);
+  app->add_option("--hicache-demotion-device", f->demotion_device,
+                  "A ladder (tiered:…): where demotion re-encodes records: gpu, cpu, or auto (the GPU with --device "
+                  "cuda)")
+      ->capture_default_str();
   add_scheduler_flags(app, f->scheduler);
   add_storage_flags(app, f->storage);
   app->add_option("--max-queued-requests", f->max_queued_requests,

@@ -52,15 +52,17 @@ class GpuDemotion : public ::testing::TestWithParam<Case> {
     auto made = HostKvPool::create(geometry(GetParam().config), o, 96);
     ASSERT_TRUE(made.is_ok()) << made.status().to_string();
     pool_ = std::move(*made);
-    // Nodes of rung 0, then holes, so that later nodes lie in several runs.
-    std::vector<std::vector<SlotId>> nodes;
-    for (size_t n : {9, 14, 5, 11, 7}) nodes.push_back(*pool_->allocate(n, 0));
-    ASSERT_TRUE(pool_->free(nodes[1]).is_ok());
-    ASSERT_TRUE(pool_->free(nodes[3]).is_ok());
-    nodes.erase(nodes.begin() + 3);
-    nodes.erase(nodes.begin() + 1);
-    for (size_t n : {20, 6}) nodes.push_back(*pool_->allocate(n, 0));
-    for (const auto& slots : nodes) jobs_.push_back({slots, pool_->demoted_slots(slots, 0, 1), 0, 1});
+    // Blocks of rung 0; a node of two blocks with another between them lies
+    // in two runs, as a node does whose tokens the allocator found apart.
+    std::vector<std::vector<SlotId>> blocks;
+    for (size_t n : {9, 14, 5, 11, 7, 20, 6}) blocks.push_back(*pool_->allocate(n, 0));
+    const auto node = [&](std::initializer_list<size_t> parts) {
+      std::vector<SlotId> slots;
+      for (size_t p : parts) slots.insert(slots.end(), blocks[p].begin(), blocks[p].end());
+      return slots;
+    };
+    for (const auto& slots : {node({0, 2}), node({1}), node({3, 5, 6}), node({4})})
+      jobs_.push_back({slots, pool_->demoted_slots(slots, 0, 1), 0, 1});
     size_t runs = 0;
     for (const DemotionJob& job : jobs_) runs += demotion_runs(*pool_, job).size();
     ASSERT_GT(runs, jobs_.size()) << "no job lies in several runs";

@@ -5,8 +5,9 @@
 # typed --hicache-ratio is never dropped in silence (a non-zero --hicache-size
 # or --hicache-tokens with it is refused, naming both, before any model is
 # loaded); and each command's default budget applies only when neither is
-# typed. Run on the committed tiny checkpoint; `hiq sim` also has its own
-# checks in cli_sim_test.sh.
+# typed; --hicache-demotion-device (serve, bench serve) takes auto, cpu or
+# gpu, gpu only with --device cuda. Run on the committed tiny checkpoint;
+# `hiq sim` also has its own checks in cli_sim_test.sh.
 #
 # Usage: HIQ=/path/to/hiq tests/cli_host_tier_flags_test.sh
 set -euo pipefail
@@ -79,4 +80,28 @@ for case in "512:" "1024:--hicache-ratio 4" "768:--hicache-size 0 --hicache-rati
     echo "ok   hiq $cmd ${flags:-(no budget flag)}: L2 $got tokens"
   done
 done
+# Where a ladder demotes: serve and bench serve only (sim has no device to
+# choose); gpu needs --device cuda, and a bad name is refused, naming the flag.
+for cmd in serve bench; do
+  declare -n args="$cmd"
+  name="${args[0]}"; [[ $cmd == bench ]] && name="bench serve"
+  for case in "--hicache-demotion-device must be auto, cpu or gpu, not 'tpu':--hicache-demotion-device tpu" \
+              "--hicache-demotion-device gpu demotes on the serving GPU, so it needs device cuda:--hicache-demotion-device gpu"; do
+    want="${case%%:*}" flags="${case#*:}"
+    rc=0
+    # shellcheck disable=SC2086  # the flags are words
+    timeout 60 "$HIQ" "${args[@]}" --hicache-codec tiered:int8,int4h $flags >"$TMP/out" 2>"$TMP/err" || rc=$?
+    (( rc == 1 )) || fail "hiq $name $flags: exit code $rc, expected 1: $(cat "$TMP/err")"
+    grep -qF -- "$want" "$TMP/err" || fail "hiq $name $flags: stderr lacks '$want': $(cat "$TMP/err")"
+    echo "ok   hiq $name $flags: $(cat "$TMP/err")"
+  done
+  unset -n args
+done
+# On the CPU a ladder demotes on host threads, and bench serve's JSON says so.
+"$HIQ" bench serve --model "$MODEL" --max-total-tokens 256 --hicache-codec tiered:int8,int4h --gsp-num-groups 1 \
+  --gsp-prompts-per-group 1 --gsp-system-prompt-len 16 --gsp-question-len 4 --gsp-output-len 2 --json \
+  >"$TMP/bench.json" 2>"$TMP/err" || fail "hiq bench serve with a ladder: $(cat "$TMP/err")"
+device="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["server"]["demotion"]["device"])' "$TMP/bench.json")"
+[[ $device == cpu ]] || fail "hiq bench serve with a ladder on the CPU: demotion device '$device', expected cpu"
+echo "ok   hiq bench serve --hicache-codec tiered:int8,int4h: demotes on the $device"
 echo "all host-tier flag checks passed"

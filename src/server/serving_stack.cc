@@ -83,7 +83,7 @@ Status ServeConfig::validate() const {
     HIQ_RETURN_IF_ERROR(cuda.validate());
     if (!tp_devices.empty()) return invalid_argument("tp_devices places ranks on GPUs: it needs device cuda");
     if (demotion_device == DemotionDevice::kGpu)
-      return invalid_argument("demotion_device gpu demotes on the serving GPU: it needs device cuda");
+      return invalid_argument("demotion_device gpu demotes on the serving GPU, so it needs device cuda");
   }
   if (storage.backend != StorageBackendKind::kNone) {
     if (!hicache) return invalid_argument("storage needs the host tier: its blocks are L2 records");

@@ -547,6 +547,69 @@ TEST(RadixCacheLadder, ABackupHandsStorageOnlyRungZeroRecordsOfItsDescendants) {
   }
 }
 
+// A restore of a node whose demotion no worker has started takes the job
+// back and restores from the records as they are, without waiting: behind
+// a held job, a queued one would otherwise keep the scheduler's thread
+// waiting for every job ahead of it.
+TEST(RadixCacheLadder, ARestoreTakesBackADemotionNoWorkerHasStarted) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool started = false, open = false;
+  RadixCacheOptions o;
+  o.demotion_threads = 1;
+  o.demotion_watermark = 1.0;  // demote every host-only node ahead
+  // The first job is held until the test opens the gate (or 30 s pass, so
+  // that a cache that waits fails the test instead of hanging it).
+  o.demotion_hook = [&](Ticket) {
+    std::unique_lock lock(mu);
+    started = true;
+    cv.notify_all();
+    cv.wait_for(lock, std::chrono::seconds(30), [&] { return open; });
+    return Status::ok();
+  };
+  Harness h(CodecKind::kInt8, 1, /*l1_slots=*/64, /*l2_slots=*/256, o, 2, RecordOrder::kTokenMajor,
+            {CodecKind::kInt4H});
+  std::vector<TokenId> a(16), b(16), c(16);
+  for (size_t k = 0; k < a.size(); ++k) {
+    a[k] = static_cast<TokenId>(k * 7 + 3);
+    b[k] = static_cast<TokenId>(k * 11 + 500);
+    c[k] = static_cast<TokenId>(k * 13 + 900);
+  }
+  ASSERT_TRUE(serve(h, a, false));
+  ASSERT_TRUE(serve(h, b, false));
+  h.engine->drain();
+  h.cache->poll_transfers();  // both backed up (nothing was host-only to demote)
+  h.cache->evict_l1(h.cache->l1_tokens());
+  // A new prefix moves the clock on (no host hit: the band stays unknown),
+  // and the next poll demotes ahead: a's job first (held), then b's (queued).
+  ASSERT_TRUE(serve(h, c, false));
+  h.cache->poll_transfers();
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return started; }));
+  }
+  const RadixCacheStats before = h.cache->stats();
+  const auto start = std::chrono::steady_clock::now();
+  size_t restored = 0;
+  ASSERT_TRUE(serve(h, b, true, &restored));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(restored, b.size());
+  const RadixCacheStats after = h.cache->stats();
+  EXPECT_EQ(after.demotions_taken_back - before.demotions_taken_back, 1u);
+  EXPECT_EQ(after.load_back_rung_tokens[0] - before.load_back_rung_tokens[0], b.size()) << "restored at int8";
+  EXPECT_EQ(h.cache->demotion_engine()->stats().cancelled_jobs, 1u);
+  EXPECT_LT(seconds, 20.0) << "the restore waited for the held demotion";
+  {
+    std::lock_guard lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  h.cache->drain_transfers();
+  EXPECT_EQ(h.cache->stats().demoted_tokens[1], a.size()) << "a's demotion, which had started, lands";
+  EXPECT_TRUE(h.cache->check_invariants().is_ok()) << h.cache->check_invariants().to_string();
+  EXPECT_TRUE(serve(h, a, true));  // from int4h
+}
+
 // ---- randomised, against the invariants and the KV itself -----------------------------
 
 struct RandomCase {

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <random>
 
 #include "codec/numeric.h"
@@ -340,6 +343,58 @@ TEST(Demotion, TheEngineRunsItsBackendInsteadOfTheCpuCodecs) {
     expected.assign(copy->plane(0, KvPart::kK), copy->plane(0, KvPart::kK) + copy->reserved_bytes());
   }
   EXPECT_EQ(std::memcmp(base, expected.data(), expected.size()), 0);
+}
+
+// A queued job can be taken back: it never runs and never completes; one a
+// worker has started cannot, and is waited for instead.
+TEST(Demotion, AJobNoWorkerStartedCanBeTakenBack) {
+  const KvGeometry g = small_geometry();
+  HostKvPoolOptions o;
+  ASSERT_TRUE(parse_host_codec("tiered:int8,int4h", o).is_ok());
+  o.capacity_tokens = 32;
+  auto l2 = *HostKvPool::create(g, o, 32);
+  auto a = *l2->allocate(8, 0), b = *l2->allocate(8, 0);
+  std::mt19937 rng(5);
+  std::byte* base = l2->plane(0, KvPart::kK);
+  for (size_t i = 0; i < l2->reserved_bytes(); ++i) base[i] = static_cast<std::byte>(rng());
+  const std::vector<std::byte> before(base, base + l2->reserved_bytes());
+  // The one worker holds the first job until the test opens the gate (or 30 s pass).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool started = false, open = false;
+  DemotionEngine demoter(*l2, {.threads = 1, .codec_impl = CodecImpl::kAuto, .backend = {}, .before_job = [&](Ticket) {
+                                 std::unique_lock lock(mu);
+                                 started = true;
+                                 cv.notify_all();
+                                 cv.wait_for(lock, std::chrono::seconds(30), [&] { return open; });
+                                 return Status::ok();
+                               }});
+  const Ticket ta = demoter.submit({a, l2->demoted_slots(a, 0, 1), 0, 1});
+  const Ticket tb = demoter.submit({b, l2->demoted_slots(b, 0, 1), 0, 1});
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return started; }));
+  }
+  EXPECT_FALSE(demoter.cancel(ta)) << "a worker has it";
+  EXPECT_TRUE(demoter.cancel(tb));
+  EXPECT_FALSE(demoter.cancel(tb)) << "already taken back";
+  EXPECT_FALSE(demoter.cancel(12345));
+  EXPECT_EQ(demoter.wait(tb).code(), StatusCode::kNotFound);
+  {
+    std::lock_guard lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  EXPECT_TRUE(demoter.wait(ta).is_ok());
+  demoter.drain();
+  const std::vector<DemotionCompletion> done = demoter.poll();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].ticket, ta);
+  EXPECT_EQ(demoter.stats().jobs, 1u);
+  EXPECT_EQ(demoter.stats().cancelled_jobs, 1u);
+  // b's records are as they were.
+  const size_t b_begin = size_t{b.front()} * l2->granule_bytes(), b_bytes = b.size() * l2->bytes_per_token(0);
+  EXPECT_EQ(std::memcmp(base + b_begin, before.data() + b_begin, b_bytes), 0);
 }
 
 }  // namespace

@@ -587,10 +587,7 @@ uint64_t RadixCache::start_demotions(uint64_t bytes, uint64_t band_start) {
 void RadixCache::apply_demotion(Ticket ticket, const Status& status) {
   auto it = std::find_if(demotions_.begin(), demotions_.end(), [&](const Demotion& d) { return d.ticket == ticket; });
   if (it == demotions_.end()) return;  // settled already
-  const Demotion d = std::move(*it);
-  demotions_.erase(it);
-  demotion_pending_bytes_ -= d.saves_bytes;
-  for (RadixNode* n : d.nodes) n->transfer = NodeTransfer::kNone;
+  const Demotion d = close_demotion(it);
   if (!status.is_ok()) {  // nothing was written: the node stays as it was
     ++stats_.demotion_failures;
     return;
@@ -602,6 +599,28 @@ void RadixCache::apply_demotion(Ticket ticket, const Status& status) {
   for (RadixNode* n : d.nodes)
     for (SlotId& s : n->l2) s = moved.at(s);
   stats_.demoted_tokens[d.job.to_rung] += d.job.from.size();
+}
+
+RadixCache::Demotion RadixCache::close_demotion(std::vector<Demotion>::iterator it) {
+  Demotion d = std::move(*it);
+  demotions_.erase(it);
+  demotion_pending_bytes_ -= d.saves_bytes;
+  for (RadixNode* n : d.nodes) n->transfer = NodeTransfer::kNone;
+  return d;
+}
+
+void RadixCache::end_demotion(RadixNode* node) {
+  // A restore that waited for a queued demotion would wait for every job
+  // ahead of it too: under a full tier, demoting ahead queues a batch, and
+  // the least recently used nodes it picks are, in a cyclic working set,
+  // the next to be hit.
+  const auto d = find_demotion(node);
+  if (demoter_->cancel(d->ticket)) {
+    close_demotion(d);
+    ++stats_.demotions_taken_back;
+    return;
+  }
+  settle_now(node);
 }
 
 std::vector<RadixCache::Demotion>::iterator RadixCache::find_demotion(const RadixNode* node) {
@@ -649,7 +668,7 @@ bool RadixCache::l1_evictable(const RadixNode* node) const {
 void RadixCache::drop(RadixNode* node) {
   while (!node->children.empty()) drop(node->children.begin()->second.get());
   // A host-only node below a dropped L1 one may be mid-demotion: let it end.
-  if (node->transfer == NodeTransfer::kDemote) settle_now(node);
+  if (node->transfer == NodeTransfer::kDemote) end_demotion(node);
   HIQ_CHECK(node->transfer == NodeTransfer::kNone && node->lock_ref == 0);
   if (!node->l1.empty()) {
     HIQ_CHECK(l1_.allocator().free(node->l1).is_ok());
@@ -799,9 +818,10 @@ Result<LoadBack> RadixCache::load_back(const PrefixMatch& match) {
   }
   if (total != match.host_tokens) return failed_precondition("load_back: the match is stale");
   std::reverse(chain.begin(), chain.end());
-  // Restore from finished records: a node being demoted is waited for.
+  // Restore from finished records: a node's demotion is taken back if it has
+  // not started, else waited for.
   for (RadixNode* n : chain)
-    if (n->transfer == NodeTransfer::kDemote) settle_now(n);
+    if (n->transfer == NodeTransfer::kDemote) end_demotion(n);
 
   // While L1 makes room, the chain and its L1 ancestors must stay: L1
   // eviction may back up a victim (write-back), and making L2 room for that

@@ -173,6 +173,9 @@ struct RadixCacheStats {
   uint64_t backup_rung_tokens[kMaxHostRungs] = {};  // backups written at each rung (outside rung 0's band: the last)
   uint64_t demoted_tokens[kMaxHostRungs] = {};
   uint64_t demotion_waits = 0, demotion_failures = 0;
+  // Demotions taken back before a worker started them, because their node
+  // was to be restored or dropped (it stays at its rung).
+  uint64_t demotions_taken_back = 0;
 };
 
 class RadixCache;
@@ -359,6 +362,10 @@ class RadixCache {
   uint64_t start_demotions(uint64_t bytes, uint64_t band_start);
   bool demotable(const RadixNode* node) const;
   void apply_demotion(Ticket ticket, const Status& status);
+  // Ends the demotion of `node` before its records are read or freed: takes
+  // the job back if no worker has started it (the node keeps its rung), else
+  // waits for it and applies it.
+  void end_demotion(RadixNode* node);
   // Applies the demotions the engine has finished; the bytes they freed.
   uint64_t apply_finished_demotions();
   // Waits for every demotion in flight and applies it; the bytes freed.
@@ -398,6 +405,8 @@ class RadixCache {
     uint64_t saves_bytes;
   };
   std::vector<Demotion>::iterator find_demotion(const RadixNode* node);  // the one that lists `node`
+  // Removes a demotion from the books: its nodes are no longer under demotion.
+  Demotion close_demotion(std::vector<Demotion>::iterator it);
   std::unique_ptr<DemotionEngine> demoter_;  // a tiered pool only
   std::vector<Demotion> demotions_;
   uint64_t demotion_pending_bytes_ = 0;      // what the demotions in flight will free

@@ -149,6 +149,19 @@ Status DemotionEngine::wait(Ticket ticket) {
   return done()->status;
 }
 
+bool DemotionEngine::cancel(Ticket ticket) {
+  {
+    std::lock_guard lock(mu_);
+    const auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const Job& j) { return j.ticket == ticket; });
+    if (queued == queue_.end()) return false;
+    queue_.erase(queued);
+    std::erase(running_, ticket);
+    ++stats_.cancelled_jobs;
+  }
+  done_cv_.notify_all();  // drain() waits for running_ to empty
+  return true;
+}
+
 void DemotionEngine::drain() {
   std::unique_lock lock(mu_);
   done_cv_.wait(lock, [&] { return running_.empty(); });

@@ -52,6 +52,7 @@ struct DemotionCompletion {
 
 struct DemotionStats {
   uint64_t jobs = 0, tokens = 0, failed_jobs = 0;
+  uint64_t cancelled_jobs = 0;  // taken back before a worker started them
   uint64_t bytes_read = 0, bytes_written = 0;  // encoded records, before and after
   double seconds = 0;                          // summed over jobs, on the workers
 };
@@ -82,6 +83,10 @@ class DemotionEngine {
   // Blocks until the job is complete; its status. kNotFound once poll() has
   // handed it back (or for a ticket never issued).
   Status wait(Ticket ticket);
+  // Takes back a job no worker has started: it then never runs, has written
+  // nothing, and never completes (poll() and wait() do not know it). False
+  // once a worker has it — wait for it then — and for an unknown ticket.
+  bool cancel(Ticket ticket);
   void drain();
   DemotionStats stats() const;
 

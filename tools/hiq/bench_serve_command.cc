@@ -146,6 +146,7 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
                        {"load_back_tokens", s.cache.load_back_rung_tokens[rung]}});
     out["server"]["rungs"] = rungs;
     out["server"]["demotion_waits"] = s.cache.demotion_waits;
+    out["server"]["demotions_taken_back"] = s.cache.demotions_taken_back;
     const ServingStack::DemotionReport d = stack->demotion_report();
     out["server"]["demotion"] = {{"device", d.device},
                                  {"jobs", d.stats.jobs},

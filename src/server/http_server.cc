@@ -85,6 +85,7 @@ struct HttpServer::Impl {
   Family<Counter>* evicted_tokens = nullptr;
   Family<Counter>* host_codec_tokens = nullptr;
   Family<Counter>* demotion_waits = nullptr;
+  Family<Counter>* demotions_taken_back = nullptr;
   Family<Counter>* transfer_bytes = nullptr;
   Family<Counter>* transfer_seconds = nullptr;
   Family<Counter>* storage_blocks = nullptr;
@@ -139,6 +140,9 @@ struct HttpServer::Impl {
                                           {"op", "codec"});
     demotion_waits = *registry.counter("hiq:demotion_waits_total",
                                        "A tiered L2: allocations that waited for a demotion to make room");
+    demotions_taken_back = *registry.counter(
+        "hiq:demotions_taken_back_total",
+        "A tiered L2: demotions taken back before they started, because their node was restored or dropped");
     transfer_bytes = *registry.counter("hiq:transfer_bytes_total",
                                        "Encoded bytes moved between L1 and L2, by direction (load_back, backup)",
                                        {"direction"});
@@ -224,6 +228,7 @@ struct HttpServer::Impl {
         if (r > 0) sync(host_codec_tokens->with({"demoted", codec}), static_cast<double>(s.cache.demoted_tokens[r]));
       }
       sync(demotion_waits->get(), static_cast<double>(s.cache.demotion_waits));
+      sync(demotions_taken_back->get(), static_cast<double>(s.cache.demotions_taken_back));
     }
     sync(transfer_bytes->with({"load_back"}), static_cast<double>(s.transfer.load_bytes));
     sync(transfer_bytes->with({"backup"}), static_cast<double>(s.transfer.backup_bytes));

@@ -10,6 +10,7 @@
 #include "codec/cuda/row_kernels.h"
 #include "cuda/buffers.h"
 #include "cuda/check.cuh"
+#include "transfer/cuda/rung_shapes.h"
 #include "transfer/cuda_demoter.h"
 
 namespace hiq {
@@ -201,17 +202,9 @@ Result<std::shared_ptr<CudaDemoter>> make_cuda_demoter(HostKvPool& pool, CudaDem
   if (options.device < 0) HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&options.device));
   cuda::DeviceScope scope(options.device);
   HIQ_RETURN_IF_ERROR(scope.status());
-  const int parts = pool.geometry().rows_per_layer();
-  std::vector<cuda::KernelShape> decode, encode;
-  for (int rung = 0; rung < pool.rungs(); ++rung) {
-    const RecordLayout layouts[2] = {pool.layout(KvPart::kK, rung), pool.layout(KvPart::kV, rung)};
-    HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape d, cuda::kernel_shape(cuda::Direction::kDecode, layouts, parts));
-    HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape e, cuda::kernel_shape(cuda::Direction::kEncode, layouts, parts));
-    decode.push_back(d);
-    encode.push_back(e);
-  }
+  HIQ_ASSIGN_OR_RETURN(RungKernelShapes shapes, rung_kernel_shapes(pool, pool.geometry().rows_per_layer()));
   return std::shared_ptr<CudaDemoter>(
-      std::make_shared<Demoter>(pool, std::move(options), std::move(decode), std::move(encode)));
+      std::make_shared<Demoter>(pool, std::move(options), std::move(shapes.decode), std::move(shapes.encode)));
 }
 
 }  // namespace hiq

@@ -36,6 +36,7 @@
 #include "cuda/check.cuh"
 #include "memory/cuda_device_kv_pool.h"
 #include "transfer/cuda/index_ring.h"
+#include "transfer/cuda/rung_shapes.h"
 #include "transfer/cuda_transfer_engine.h"
 
 namespace hiq {
@@ -428,21 +429,13 @@ Result<std::unique_ptr<CudaTransferEngine>> make_engine(DeviceKvPool& l1, HostKv
   HIQ_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attributes, l1.plane(0, KvPart::kK)));
   if (l1.host_accessible() || attributes.type != cudaMemoryTypeDevice)
     return invalid_argument("the CUDA transfer engine needs an L1 pool in GPU memory (make_cuda_device_kv_pool)");
-  const int parts = l1.geometry().rows_per_layer();
-  std::vector<cuda::KernelShape> encode, decode;
-  for (int rung = 0; rung < l2.rungs(); ++rung) {
-    const RecordLayout layouts[2] = {l2.layout(KvPart::kK, rung), l2.layout(KvPart::kV, rung)};
-    HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape e, cuda::kernel_shape(cuda::Direction::kEncode, layouts, parts));
-    HIQ_ASSIGN_OR_RETURN(const cuda::KernelShape d, cuda::kernel_shape(cuda::Direction::kDecode, layouts, parts));
-    encode.push_back(e);
-    decode.push_back(d);
-  }
+  HIQ_ASSIGN_OR_RETURN(RungKernelShapes shapes, rung_kernel_shapes(l2, l1.geometry().rows_per_layer()));
   PinnedHostMemory pinned;
   if (pin) {
     HIQ_ASSIGN_OR_RETURN(pinned, PinnedHostMemory::pin(l2.plane(0, KvPart::kK), l2.reserved_bytes()));
   }
   auto engine = std::make_unique<CudaEngine>(l1, l2, first_layer, std::move(options), std::move(pinned),
-                                             std::move(encode), std::move(decode));
+                                             std::move(shapes.encode), std::move(shapes.decode));
   HIQ_RETURN_IF_ERROR(engine->init());
   return std::unique_ptr<CudaTransferEngine>(std::move(engine));
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "codec/numeric.h"
 #include "kv/model_config.h"
@@ -368,7 +369,12 @@ TEST(Demotion, AJobNoWorkerStartedCanBeTakenBack) {
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return started; }));
   }
   EXPECT_FALSE(demoter.cancel(ta)) << "a worker has it";
+  // A thread waiting for b when it is taken back (or about to wait) is told so.
+  Status waited;
+  std::thread waiter([&] { waited = demoter.wait(tb); });
   EXPECT_TRUE(demoter.cancel(tb));
+  waiter.join();
+  EXPECT_EQ(waited.code(), StatusCode::kNotFound);
   EXPECT_FALSE(demoter.cancel(tb)) << "already taken back";
   EXPECT_FALSE(demoter.cancel(12345));
   EXPECT_EQ(demoter.wait(tb).code(), StatusCode::kNotFound);

@@ -609,7 +609,7 @@ RadixCache::Demotion RadixCache::close_demotion(std::vector<Demotion>::iterator 
   return d;
 }
 
-void RadixCache::end_demotion(RadixNode* node) {
+size_t RadixCache::end_demotion(RadixNode* node) {
   // A restore that waited for a queued demotion would wait for every job
   // ahead of it too: under a full tier, demoting ahead queues a batch, and
   // the least recently used nodes it picks are, in a cyclic working set,
@@ -618,9 +618,9 @@ void RadixCache::end_demotion(RadixNode* node) {
   if (demoter_->cancel(d->ticket)) {
     close_demotion(d);
     ++stats_.demotions_taken_back;
-    return;
+    return 0;
   }
-  settle_now(node);
+  return settle_now(node);
 }
 
 std::vector<RadixCache::Demotion>::iterator RadixCache::find_demotion(const RadixNode* node) {
@@ -668,7 +668,7 @@ bool RadixCache::l1_evictable(const RadixNode* node) const {
 void RadixCache::drop(RadixNode* node) {
   while (!node->children.empty()) drop(node->children.begin()->second.get());
   // A host-only node below a dropped L1 one may be mid-demotion: let it end.
-  if (node->transfer == NodeTransfer::kDemote) end_demotion(node);
+  if (node->transfer == NodeTransfer::kDemote) (void)end_demotion(node);
   HIQ_CHECK(node->transfer == NodeTransfer::kNone && node->lock_ref == 0);
   if (!node->l1.empty()) {
     HIQ_CHECK(l1_.allocator().free(node->l1).is_ok());
@@ -708,8 +708,11 @@ size_t RadixCache::evict_l1(size_t tokens) {
     if (pinned.empty()) break;
     for (RadixNode* n : pinned) {
       if (n->transfer == NodeTransfer::kNone) continue;  // settled with an earlier node's transfer
+      // An L2 copy under demotion: taken back if it has not started.
+      const size_t waited = n->transfer == NodeTransfer::kDemote ? end_demotion(n) : settle_now(n);
+      if (waited == 0) continue;
       ++stats_.l1_eviction_waits;
-      stats_.l1_eviction_wait_tokens += settle_now(n);
+      stats_.l1_eviction_wait_tokens += waited;
     }
     freed += evict_l1_settled(tokens - freed);
   }
@@ -821,7 +824,7 @@ Result<LoadBack> RadixCache::load_back(const PrefixMatch& match) {
   // Restore from finished records: a node's demotion is taken back if it has
   // not started, else waited for.
   for (RadixNode* n : chain)
-    if (n->transfer == NodeTransfer::kDemote) end_demotion(n);
+    if (n->transfer == NodeTransfer::kDemote) (void)end_demotion(n);
 
   // While L1 makes room, the chain and its L1 ancestors must stay: L1
   // eviction may back up a victim (write-back), and making L2 room for that

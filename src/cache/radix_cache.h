@@ -364,8 +364,8 @@ class RadixCache {
   void apply_demotion(Ticket ticket, const Status& status);
   // Ends the demotion of `node` before its records are read or freed: takes
   // the job back if no worker has started it (the node keeps its rung), else
-  // waits for it and applies it.
-  void end_demotion(RadixNode* node);
+  // waits for it and applies it. The tokens waited for (0: taken back).
+  size_t end_demotion(RadixNode* node);
   // Applies the demotions the engine has finished; the bytes they freed.
   uint64_t apply_finished_demotions();
   // Waits for every demotion in flight and applies it; the bytes freed.

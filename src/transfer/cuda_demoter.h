@@ -9,19 +9,20 @@
 // the CPU codecs), so a job's new records are the bytes demote_records()
 // writes.
 //
-// A job, on the calling worker thread:
-//   1. a chunk of tokens' old records is copied to GPU memory (the copy
-//      engines, from contiguous runs of the pool), decoded to BF16 rows and
-//      re-encoded at the lower rung there, and the new records are copied
-//      back into a pinned staging buffer; chunk after chunk on one
-//      low-priority stream, its kernels on at most `max_blocks`
-//      multiprocessors;
-//   2. only once every chunk is in staging are the new records copied into
-//      the pool over the old ones (a plain memcpy, which cannot fail).
-// So a job whose GPU part fails has written nothing, as the engine's
-// contract requires; it is then done on this host thread instead
-// (demote_records), and counted (host_jobs). Concurrent calls (the engine's
-// workers) each take a lane of their own: stream, GPU buffers, staging.
+// A job, on the calling worker thread, a chunk of tokens at a time: the
+// chunk's old records are copied to GPU memory (the copy engines, from
+// contiguous runs of the pool), decoded to BF16 rows and re-encoded at the
+// lower rung there, and the new records copied back into pinned staging, on
+// one lowest-priority stream whose kernels take at most `max_blocks` blocks;
+// once the chunk is all in staging, its new records are copied into the
+// pool (a plain memcpy, which cannot fail). Chunks go in token order, and a
+// run's new records end before the old ones of its tokens not yet written,
+// so no chunk's records are overwritten before they are read. If the GPU
+// fails at some chunk, the tokens from that chunk on still hold their old
+// records, and the host finishes the job (demote_records; counted in
+// host_jobs): a job never fails half done. Concurrent calls (the engine's
+// workers) each take a lane of their own: stream, GPU buffers, staging, all
+// of one chunk's size.
 #pragma once
 
 #include <cstddef>
@@ -38,21 +39,22 @@ namespace hiq {
 struct CudaDemoterOptions {
   int device = -1;            // the GPU that demotes; -1: the current one
   size_t chunk_tokens = 256;  // tokens in GPU memory at a time, per lane
-  int max_blocks = 16;        // multiprocessors the kernels may occupy
-  // Test hook, run before a job's GPU part: a non-OK status fails that part,
-  // and the job is done on the host.
-  std::function<Status()> before_gpu;
+  int max_blocks = 16;        // blocks (a multiprocessor's worth each) the kernels may take
+  // Test hook, run before each chunk (its index in the job): a non-OK status
+  // fails the GPU there, and the host finishes the job.
+  std::function<Status(size_t)> before_chunk;
 };
 
 struct CudaDemoterStats {
   uint64_t gpu_jobs = 0;   // done on the GPU
-  uint64_t host_jobs = 0;  // GPU part failed, done on the host
+  uint64_t host_jobs = 0;  // the GPU failed at some chunk; the host finished them
 };
 
 class CudaDemoter {
  public:
   virtual ~CudaDemoter() = default;
-  // Demotes `job` in place (DemotionBackend's contract). Thread-safe.
+  // Demotes `job` in place (DemotionBackend's contract): fails only for a
+  // bad job, before writing anything. Thread-safe.
   virtual Status demote(const DemotionJob& job) = 0;
   virtual CudaDemoterStats stats() const = 0;
 };

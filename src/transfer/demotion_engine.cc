@@ -145,7 +145,10 @@ Status DemotionEngine::wait(Ticket ticket) {
   };
   if (done() == done_.end() && std::find(running_.begin(), running_.end(), ticket) == running_.end())
     return not_found("demotion ticket " + std::to_string(ticket) + " is unknown or already handed back");
-  done_cv_.wait(lock, [&] { return done() != done_.end(); });
+  // A job taken back meanwhile (cancel) leaves running_ without completing.
+  const auto known = [&] { return std::find(running_.begin(), running_.end(), ticket) != running_.end(); };
+  done_cv_.wait(lock, [&] { return done() != done_.end() || !known(); });
+  if (done() == done_.end()) return not_found("demotion ticket " + std::to_string(ticket) + " was taken back or handed back");
   return done()->status;
 }
 

@@ -84,8 +84,9 @@ class DemotionEngine {
   // handed it back (or for a ticket never issued).
   Status wait(Ticket ticket);
   // Takes back a job no worker has started: it then never runs, has written
-  // nothing, and never completes (poll() and wait() do not know it). False
-  // once a worker has it — wait for it then — and for an unknown ticket.
+  // nothing, and never completes (poll() does not return it; wait(), even
+  // one already blocked, answers kNotFound). False once a worker has it —
+  // wait for it then — and for an unknown ticket.
   bool cancel(Ticket ticket);
   void drain();
   DemotionStats stats() const;

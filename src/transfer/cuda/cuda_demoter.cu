@@ -18,11 +18,10 @@ namespace {
 
 // What one concurrent job works in.
 struct Lane {
-  cuda::Stream stream;                    // lowest priority: the model's kernels go first
-  cuda::DeviceMemory from, rows, to;      // a chunk's old records, BF16 rows, new records
-  cuda::DeviceMemory index;               // 0, 1, …, chunk − 1: record and row indices
-  cuda::PinnedMemory staging;             // the job's new records, before they go into the pool
-  size_t staging_bytes = 0;
+  cuda::Stream stream;                // lowest priority: the model's kernels go first
+  cuda::DeviceMemory from, rows, to;  // a chunk's old records, BF16 rows, new records
+  cuda::DeviceMemory index;           // 0, 1, …, chunk − 1: record and row indices
+  cuda::PinnedMemory staging;         // a chunk's new records, before they go into the pool
 };
 
 class Demoter final : public CudaDemoter {
@@ -40,33 +39,41 @@ class Demoter final : public CudaDemoter {
     rows_elements_ = elements * static_cast<size_t>(g.num_layers) * options_.chunk_tokens;
   }
 
+  ~Demoter() override {
+    cuda::DeviceScope scope(options_.device);  // the lanes' memory and streams are that GPU's
+    lanes_.clear();
+  }
+
   Status demote(const DemotionJob& job) override {
     HIQ_RETURN_IF_ERROR(check_demotion_job(pool_, job));
     if (job.from.empty()) return Status::ok();
+    cuda::DeviceScope scope(options_.device);
     const std::vector<DemotionRun> runs = demotion_runs(pool_, job);
-    Result<std::unique_ptr<Lane>> lane = take_lane();
-    Status gpu = lane.status();
-    if (gpu.is_ok()) gpu = on_gpu(**lane, job, runs);
-    if (gpu.is_ok()) {
-      // Every old record has been read: the new ones may go over them.
-      std::byte* const base = pool_.plane(0, KvPart::kK, 0);
-      const auto* staging = static_cast<const std::byte*>((*lane)->staging.get());
-      const size_t to_bytes = pool_.bytes_per_token(job.to_rung), granule = pool_.granule_bytes();
-      for (const DemotionRun& run : runs)
-        std::memcpy(base + size_t{job.to[run.begin]} * granule, staging + run.begin * to_bytes, run.count * to_bytes);
-      give_back(std::move(*lane));
-      gpu_jobs_.fetch_add(1, std::memory_order_relaxed);
-      return Status::ok();
-    }
+    size_t done = 0;  // tokens whose new records are in the pool
+    Result<std::unique_ptr<Lane>> lane = scope.status().is_ok() ? take_lane() : Result<std::unique_ptr<Lane>>(scope.status());
     if (lane.is_ok()) {
+      const Status gpu = on_gpu(**lane, job, runs, done);
+      if (gpu.is_ok()) {
+        give_back(std::move(*lane));
+        gpu_jobs_.fetch_add(1, std::memory_order_relaxed);
+        return Status::ok();
+      }
       // Let the lane's stream finish whatever it queued before the host
-      // rewrites the records it may still be reading; a lane whose stream
-      // reports an error is not used again.
+      // rewrites records it may still be reading; a lane whose stream
+      // reports an error is not used again. A non-sticky error is cleared,
+      // or the next launch on this thread would report it again.
       if (cudaStreamSynchronize((*lane)->stream.get()) == cudaSuccess) give_back(std::move(*lane));
+      (void)cudaGetLastError();
     }
+    // The host finishes the job: the tokens not yet written still have their
+    // old records, as each run's new records end before the old ones of the
+    // run's tokens not yet written.
     host_jobs_.fetch_add(1, std::memory_order_relaxed);
+    const auto rest = static_cast<std::ptrdiff_t>(done);
+    const DemotionJob remaining{{job.from.begin() + rest, job.from.end()}, {job.to.begin() + rest, job.to.end()},
+                                job.from_rung, job.to_rung};
     thread_local std::vector<std::byte> scratch;
-    return demote_records(pool_, job, scratch);
+    return demote_records(pool_, remaining, scratch);
   }
 
   CudaDemoterStats stats() const override {
@@ -85,8 +92,6 @@ class Demoter final : public CudaDemoter {
         return Result<std::unique_ptr<Lane>>(std::move(lane));
       }
     }
-    cuda::DeviceScope scope(options_.device);
-    HIQ_RETURN_IF_ERROR(scope.status());
     auto lane = std::make_unique<Lane>();
     int least = 0, greatest = 0;
     HIQ_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -103,6 +108,7 @@ class Demoter final : public CudaDemoter {
     HIQ_ASSIGN_OR_RETURN(lane->rows, cuda::device_alloc(rows_elements_ * sizeof(uint16_t), "demotion: BF16 rows"));
     HIQ_ASSIGN_OR_RETURN(lane->to, cuda::device_alloc(chunk * to_bytes, "demotion: new records"));
     HIQ_ASSIGN_OR_RETURN(lane->index, cuda::device_alloc(chunk * sizeof(uint32_t), "demotion: indices"));
+    HIQ_ASSIGN_OR_RETURN(lane->staging, cuda::pinned_alloc(chunk * to_bytes, "demotion: staging"));
     std::vector<uint32_t> index(chunk);
     std::iota(index.begin(), index.end(), 0u);
     HIQ_CUDA_RETURN_IF_ERROR(
@@ -140,43 +146,44 @@ class Demoter final : public CudaDemoter {
     return b;
   }
 
-  // The GPU part: every chunk's new records into the lane's staging buffer.
-  Status on_gpu(Lane& lane, const DemotionJob& job, const std::vector<DemotionRun>& runs) {
-    cuda::DeviceScope scope(options_.device);
-    HIQ_RETURN_IF_ERROR(scope.status());
-    if (options_.before_gpu) HIQ_RETURN_IF_ERROR(options_.before_gpu());
+  // The job a chunk at a time: its old records to the GPU, re-encoded there,
+  // the new ones back to staging and, once the chunk is all there, into the
+  // pool. `done` counts the tokens written; on an error the rest have their
+  // old records.
+  Status on_gpu(Lane& lane, const DemotionJob& job, const std::vector<DemotionRun>& runs, size_t& done) {
     const size_t n = job.from.size(), chunk = options_.chunk_tokens;
     const size_t from_bytes = pool_.bytes_per_token(job.from_rung), to_bytes = pool_.bytes_per_token(job.to_rung);
     const size_t granule = pool_.granule_bytes();
-    if (lane.staging_bytes < n * to_bytes) {
-      lane.staging.reset();
-      lane.staging_bytes = 0;
-      HIQ_ASSIGN_OR_RETURN(lane.staging, cuda::pinned_alloc(n * to_bytes, "demotion: staging"));
-      lane.staging_bytes = n * to_bytes;
-    }
-    const std::byte* const base = pool_.plane(0, KvPart::kK, 0);
+    std::byte* const base = pool_.plane(0, KvPart::kK, 0);
     auto* from = static_cast<std::byte*>(lane.from.get());
     auto* to = static_cast<std::byte*>(lane.to.get());
     auto* staging = static_cast<std::byte*>(lane.staging.get());
     cudaStream_t stream = lane.stream.get();
     size_t first_run = 0;
-    for (size_t begin = 0; begin < n; begin += chunk) {
+    for (size_t begin = 0, index = 0; begin < n; begin += chunk, ++index) {
+      if (options_.before_chunk) HIQ_RETURN_IF_ERROR(options_.before_chunk(index));
       const size_t end = std::min(n, begin + chunk);
       while (runs[first_run].begin + runs[first_run].count <= begin) ++first_run;
-      for (size_t r = first_run; r < runs.size() && runs[r].begin < end; ++r) {
-        const size_t b = std::max(runs[r].begin, begin), e = std::min(runs[r].begin + runs[r].count, end);
+      // The chunk's pieces of runs: [b, e) with contiguous old and new records.
+      std::vector<std::pair<size_t, size_t>> pieces;
+      for (size_t r = first_run; r < runs.size() && runs[r].begin < end; ++r)
+        pieces.emplace_back(std::max(runs[r].begin, begin), std::min(runs[r].begin + runs[r].count, end));
+      for (const auto& [b, e] : pieces)
         HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(from + (b - begin) * from_bytes, base + size_t{job.from[b]} * granule,
                                                  (e - b) * from_bytes, cudaMemcpyHostToDevice, stream));
-      }
       const auto count = static_cast<uint32_t>(end - begin);
       HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kDecode, batch(from, job.from_rung, count, lane),
                                             decode_[static_cast<size_t>(job.from_rung)], options_.max_blocks, stream));
       HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kEncode, batch(to, job.to_rung, count, lane),
                                             encode_[static_cast<size_t>(job.to_rung)], options_.max_blocks, stream));
-      HIQ_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(staging + begin * to_bytes, to, count * to_bytes, cudaMemcpyDeviceToHost, stream));
+      HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging, to, count * to_bytes, cudaMemcpyDeviceToHost, stream));
+      HIQ_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+      // The chunk's old records are read: its new ones may go over them (and
+      // over those of tokens written before, never of tokens after it).
+      for (const auto& [b, e] : pieces)
+        std::memcpy(base + size_t{job.to[b]} * granule, staging + (b - begin) * to_bytes, (e - b) * to_bytes);
+      done = end;
     }
-    HIQ_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     return Status::ok();
   }
 

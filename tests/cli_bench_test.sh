@@ -3,7 +3,8 @@
 # names the flag, before any GPU work; on a machine without a usable GPU the
 # command says so and exits 1. (On a GPU machine, scripts/gpu-check runs it.)
 # And `hiq bench serve`: a flag of one mode (in-process with --model, or
-# against a running server) typed in the other is refused by name.
+# against a running server) typed in the other is refused by name. And
+# `hiq bench demotion` on the CPU: its JSON, and bad flags refused by name.
 #
 # Usage: HIQ=/path/to/hiq tests/cli_bench_test.sh
 set -euo pipefail
@@ -119,6 +120,28 @@ rc=0
   2>"$TMP/err" || rc=$?
 [[ $rc -eq 1 ]] && grep -qF -- "--prefill" "$TMP/err" || fail "hiq bench model --disable-cuda-graph: rc $rc, $(cat "$TMP/err")"
 pass "hiq bench model takes --disable-cuda-graph"
+
+# `hiq bench demotion`: a small CPU run's JSON, and its refusals by name.
+"$HIQ" bench demotion --tokens 256 --job-tokens 64 --threads 1,2 --repeats 1 --json >"$TMP/out" 2>"$TMP/err" ||
+  fail "hiq bench demotion: $(cat "$TMP/err")"
+python3 - "$TMP/out" <<'PY' || fail "hiq bench demotion --json: $(cat "$TMP/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["from"] == "int8" and d["to"] == "int4h", d
+assert [(r["device"], r["threads"]) for r in d["rows"]] == [("cpu", 1), ("cpu", 2)], d["rows"]
+assert all(r["tokens_per_s"] > 0 and 0 < r["of_memcpy"] for r in d["rows"]), d["rows"]
+PY
+pass "hiq bench demotion --json: a row per thread count"
+for case in "--device takes cpu and gpu, not 'tpu':--device tpu" \
+            "--hicache-codec must be a ladder:--hicache-codec int8" \
+            "--threads:--threads 0"; do
+  want="${case%%:*}" flags="${case#*:}"
+  rc=0
+  # shellcheck disable=SC2086  # the flags are words
+  "$HIQ" bench demotion --tokens 64 $flags >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 1 ]] && grep -qF -- "$want" "$TMP/err" || fail "hiq bench demotion $flags: rc $rc, $(cat "$TMP/err")"
+  pass "hiq bench demotion $flags → $want"
+done
 
 rc=0
 "$HIQ" bench >"$TMP/out" 2>"$TMP/err" || rc=$?

@@ -2,7 +2,8 @@
 // rung down (transfer/demotion_engine.h), against memcpy of the same bytes
 // on as many threads, in the same run. A pool of the model's geometry is
 // filled with encoded rows of Gaussian values, cut into jobs the size of a
-// radix node, and demoted in place on 1, 2, 4 … threads, each running the
+// radix node (one job's rows are drawn and encoded into every job), and
+// demoted in place on 1, 2, 4 … threads, each running the
 // CPU codecs or (--device gpu) driving the GPU's (transfer/cuda_demoter.h);
 // the records are restored from a pristine copy before each run, and every
 // GPU run's pool must equal the CPU's byte for byte. Demotion has to keep
@@ -93,6 +94,9 @@ int run_demotion_bench(const DemotionBenchFlags& f) {
   }
   std::cerr << "hiq bench demotion: encoding " << tokens << " tokens at " << codec_name(pool.codec(0).k) << "\n";
   {
+    // One job's worth of Gaussian rows per (layer, part), encoded into every
+    // job: the rate does not depend on which values, and drawing them all
+    // would take longer than the runs.
     std::mt19937 rng(1);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (int layer = 0; layer < geometry->num_layers; ++layer)
@@ -100,8 +104,8 @@ int run_demotion_bench(const DemotionBenchFlags& f) {
         const auto part = static_cast<KvPart>(p);
         const size_t row = geometry->row_shape(part).elements();
         std::vector<uint16_t> rows(row * static_cast<size_t>(f.job_tokens));
+        for (uint16_t& v : rows) v = numeric::float_to_bf16(normal(rng));
         for (const DemotionJob& job : jobs) {
-          for (size_t i = 0; i < job.from.size() * row; ++i) rows[i] = numeric::float_to_bf16(normal(rng));
           std::vector<uint32_t> index(job.from.size());
           for (size_t i = 0; i < index.size(); ++i) index[i] = static_cast<uint32_t>(i);
           encode_rows_indexed(pool.layout(part, 0), rows.data(), index, pool.plane(layer, part, 0), job.from, nullptr,

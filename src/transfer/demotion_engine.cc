@@ -148,7 +148,8 @@ Status DemotionEngine::wait(Ticket ticket) {
   // A job taken back meanwhile (cancel) leaves running_ without completing.
   const auto known = [&] { return std::find(running_.begin(), running_.end(), ticket) != running_.end(); };
   done_cv_.wait(lock, [&] { return done() != done_.end() || !known(); });
-  if (done() == done_.end()) return not_found("demotion ticket " + std::to_string(ticket) + " was taken back or handed back");
+  if (done() == done_.end())
+    return not_found("demotion ticket " + std::to_string(ticket) + " was taken back or handed back");
   return done()->status;
 }
 

@@ -72,7 +72,8 @@ int run_demotion_bench(const DemotionBenchFlags& f) {
   if (!parsed_devices) return report_error(what, parsed_devices.status());
   const std::vector<std::string> devices = std::move(*parsed_devices);
   for (const std::string& d : devices)
-    if (d != "cpu" && d != "gpu") return report_error(what, invalid_argument("--device takes cpu and gpu, not '" + d + "'"));
+    if (d != "cpu" && d != "gpu")
+      return report_error(what, invalid_argument("--device takes cpu and gpu, not '" + d + "'"));
   auto geometry = resolve_model_geometry(f.model);
   if (!geometry) return report_error(what, geometry.status());
   HostKvPoolOptions o;
@@ -190,7 +191,8 @@ int run_demotion_bench(const DemotionBenchFlags& f) {
             << " records read, best of " << f.repeats << "\n";
   Table table({"device", "threads", "memcpy GB/s", "demotion GB/s", "of memcpy", "tokens/s"});
   for (const Row& r : rows)
-    table.add_row({r.device, std::to_string(r.threads), format_fixed(r.memcpy_gbps, 2), format_fixed(r.demotion_gbps, 2),
+    table.add_row({r.device, std::to_string(r.threads), format_fixed(r.memcpy_gbps, 2),
+                   format_fixed(r.demotion_gbps, 2),
                    format_fixed(100 * r.demotion_gbps / r.memcpy_gbps, 1) + " %",
                    format_count(static_cast<uint64_t>(r.tokens_per_s))});
   table.print(std::cout);

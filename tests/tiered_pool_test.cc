@@ -395,5 +395,85 @@ TEST(Demotion, AJobNoWorkerStartedCanBeTakenBack) {
   EXPECT_EQ(std::memcmp(base + b_begin, before.data() + b_begin, b_bytes), 0);
 }
 
+// The GPU demoter's order of work, done here with the CPU codecs: a chunk's
+// old records read (its pieces, copied out), re-encoded into staging, then
+// its pieces' new records written over the pool, chunk after chunk; or
+// stopped at a chunk and finished by demote_records from there. Whatever
+// the chunk size and wherever it stops, the pool is demote_records' result.
+TEST(Demotion, ChunkByChunkInPlaceWritesGiveTheWholeJobsResult) {
+  for (const char* ladder : {"tiered:int8,int4h", "tiered:bf16,int8,int4h"}) {
+    SCOPED_TRACE(ladder);
+    // Random blocks; jobs take every other block, so most lie in several runs.
+    const auto make = [&] {
+      HostKvPoolOptions o;
+      EXPECT_TRUE(parse_host_codec(ladder, o).is_ok());
+      o.capacity_tokens = 200;
+      auto pool = *HostKvPool::create(small_geometry(), o, 200);
+      std::mt19937 rng(11);
+      std::byte* base = pool->plane(0, KvPart::kK);
+      for (size_t i = 0; i < pool->reserved_bytes(); ++i) base[i] = static_cast<std::byte>(rng());
+      std::vector<std::vector<SlotId>> blocks;
+      for (size_t i = 0; i < 24; ++i) blocks.push_back(*pool->allocate(1 + rng() % 9, 0));
+      std::vector<DemotionJob> jobs;
+      for (size_t first = 0; first < 2; ++first)
+        for (size_t j = first; j + 4 < blocks.size(); j += 6) {
+          std::vector<SlotId> slots;
+          for (size_t k = j; k < j + 6 && k < blocks.size(); k += 2)
+            slots.insert(slots.end(), blocks[k].begin(), blocks[k].end());
+          jobs.push_back({slots, pool->demoted_slots(slots, 0, 1), 0, 1});
+        }
+      return std::make_pair(std::move(pool), std::move(jobs));
+    };
+    auto [reference, reference_jobs] = make();
+    std::vector<std::byte> scratch;
+    size_t multi_run = 0;
+    for (const DemotionJob& job : reference_jobs) {
+      ASSERT_TRUE(demote_records(*reference, job, scratch).is_ok());
+      multi_run += demotion_runs(*reference, job).size() > 1;
+    }
+    ASSERT_GT(multi_run, 0u) << "no job lies in several runs";
+    const std::vector<std::byte> expected = pool_bytes(*reference);
+    for (size_t chunk : {1, 3, 7, 64})
+      for (size_t stop : {size_t{0}, size_t{1}, size_t{1000}}) {  // the chunk the "GPU" fails at (1000: none)
+        SCOPED_TRACE("chunk " + std::to_string(chunk) + ", stop " + std::to_string(stop));
+        auto [pool, jobs] = make();
+        std::byte* base = pool->plane(0, KvPart::kK);
+        const KvGeometry& g = pool->geometry();
+        for (const DemotionJob& job : jobs) {
+          const size_t from_bytes = pool->bytes_per_token(0), to_bytes = pool->bytes_per_token(1);
+          const size_t granule = pool->granule_bytes();
+          const std::vector<DemotionChunk> chunks = demotion_chunks(demotion_runs(*pool, job), job.from.size(), chunk);
+          size_t done = 0;
+          for (size_t index = 0; index < chunks.size() && index < stop; ++index) {
+            const DemotionChunk& c = chunks[index];
+            ASSERT_EQ(c.begin, done);
+            size_t covered = c.begin;
+            std::vector<std::byte> old((c.end - c.begin) * from_bytes), fresh((c.end - c.begin) * to_bytes);
+            for (const DemotionPiece& p : c.pieces) {
+              ASSERT_EQ(p.begin, covered) << "pieces cover the chunk in order";
+              covered = p.end;
+              std::memcpy(old.data() + (p.begin - c.begin) * from_bytes, base + size_t{job.from[p.begin]} * granule,
+                          (p.end - p.begin) * from_bytes);
+            }
+            ASSERT_EQ(covered, c.end);
+            for (int layer = 0; layer < g.num_layers; ++layer)
+              for (KvPart part : {KvPart::kK, KvPart::kV})
+                transcode_rows(pool->layout(part, 0), old.data() + (pool->plane(layer, part, 0) - base), from_bytes,
+                               pool->layout(part, 1), fresh.data() + (pool->plane(layer, part, 1) - base), to_bytes,
+                               c.end - c.begin);
+            for (const DemotionPiece& p : c.pieces)
+              std::memcpy(base + size_t{job.to[p.begin]} * granule, fresh.data() + (p.begin - c.begin) * to_bytes,
+                          (p.end - p.begin) * to_bytes);
+            done = c.end;
+          }
+          const auto rest = static_cast<std::ptrdiff_t>(done);
+          ASSERT_TRUE(demote_records(*pool, {{job.from.begin() + rest, job.from.end()},
+                                             {job.to.begin() + rest, job.to.end()}, 0, 1}, scratch).is_ok());
+        }
+        EXPECT_TRUE(pool_bytes(*pool) == expected);
+      }
+  }
+}
+
 }  // namespace
 }  // namespace hiq

@@ -35,6 +35,20 @@ std::vector<DemotionRun> demotion_runs(const HostKvPool& pool, const DemotionJob
   return runs;
 }
 
+std::vector<DemotionChunk> demotion_chunks(std::span<const DemotionRun> runs, size_t tokens, size_t chunk_tokens) {
+  HIQ_CHECK(chunk_tokens > 0);
+  std::vector<DemotionChunk> chunks;
+  size_t first_run = 0;
+  for (size_t begin = 0; begin < tokens; begin += chunk_tokens) {
+    DemotionChunk c{begin, std::min(tokens, begin + chunk_tokens), {}};
+    while (first_run < runs.size() && runs[first_run].begin + runs[first_run].count <= begin) ++first_run;
+    for (size_t r = first_run; r < runs.size() && runs[r].begin < c.end; ++r)
+      c.pieces.push_back({std::max(runs[r].begin, c.begin), std::min(runs[r].begin + runs[r].count, c.end)});
+    chunks.push_back(std::move(c));
+  }
+  return chunks;
+}
+
 Status demote_records(HostKvPool& pool, const DemotionJob& job, std::vector<std::byte>& scratch, CodecStats* stats,
                       CodecImpl impl) {
   HIQ_RETURN_IF_ERROR(check_demotion_job(pool, job));

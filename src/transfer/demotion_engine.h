@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -125,6 +126,21 @@ struct DemotionRun {
   size_t begin = 0, count = 0;
 };
 std::vector<DemotionRun> demotion_runs(const HostKvPool& pool, const DemotionJob& job);
+
+// The job's tokens in chunks of `chunk_tokens`, in token order, each cut at
+// its runs' edges: `pieces` are [begin, end) of the job's tokens whose old
+// records are one block and new records another. A backend that reads a
+// chunk's old records, re-encodes them and then writes its pieces' new
+// records, chunk after chunk, never overwrites a record it has not read
+// (a run's new records end before the old ones of its later tokens).
+struct DemotionPiece {
+  size_t begin = 0, end = 0;
+};
+struct DemotionChunk {
+  size_t begin = 0, end = 0;
+  std::vector<DemotionPiece> pieces;
+};
+std::vector<DemotionChunk> demotion_chunks(std::span<const DemotionRun> runs, size_t tokens, size_t chunk_tokens);
 
 // Re-encodes `job` in place on this thread (the default backend, exposed
 // for benchmarks). `scratch` grows as needed. Errors: check_demotion_job's.

@@ -160,30 +160,26 @@ class Demoter final : public CudaDemoter {
     auto* to = static_cast<std::byte*>(lane.to.get());
     auto* staging = static_cast<std::byte*>(lane.staging.get());
     cudaStream_t stream = lane.stream.get();
-    size_t first_run = 0;
-    for (size_t begin = 0, index = 0; begin < n; begin += chunk, ++index) {
+    const std::vector<DemotionChunk> chunks = demotion_chunks(runs, n, chunk);
+    for (size_t index = 0; index < chunks.size(); ++index) {
+      const DemotionChunk& c = chunks[index];
       if (options_.before_chunk) HIQ_RETURN_IF_ERROR(options_.before_chunk(index));
-      const size_t end = std::min(n, begin + chunk);
-      while (runs[first_run].begin + runs[first_run].count <= begin) ++first_run;
-      // The chunk's pieces of runs: [b, e) with contiguous old and new records.
-      std::vector<std::pair<size_t, size_t>> pieces;
-      for (size_t r = first_run; r < runs.size() && runs[r].begin < end; ++r)
-        pieces.emplace_back(std::max(runs[r].begin, begin), std::min(runs[r].begin + runs[r].count, end));
-      for (const auto& [b, e] : pieces)
-        HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(from + (b - begin) * from_bytes, base + size_t{job.from[b]} * granule,
-                                                 (e - b) * from_bytes, cudaMemcpyHostToDevice, stream));
-      const auto count = static_cast<uint32_t>(end - begin);
+      for (const DemotionPiece& p : c.pieces)
+        HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(from + (p.begin - c.begin) * from_bytes,
+                                                 base + size_t{job.from[p.begin]} * granule,
+                                                 (p.end - p.begin) * from_bytes, cudaMemcpyHostToDevice, stream));
+      const auto count = static_cast<uint32_t>(c.end - c.begin);
       HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kDecode, batch(from, job.from_rung, count, lane),
                                             decode_[static_cast<size_t>(job.from_rung)], options_.max_blocks, stream));
       HIQ_RETURN_IF_ERROR(cuda::launch_rows(cuda::Direction::kEncode, batch(to, job.to_rung, count, lane),
                                             encode_[static_cast<size_t>(job.to_rung)], options_.max_blocks, stream));
       HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging, to, count * to_bytes, cudaMemcpyDeviceToHost, stream));
       HIQ_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-      // The chunk's old records are read: its new ones may go over them (and
-      // over those of tokens written before, never of tokens after it).
-      for (const auto& [b, e] : pieces)
-        std::memcpy(base + size_t{job.to[b]} * granule, staging + (b - begin) * to_bytes, (e - b) * to_bytes);
-      done = end;
+      // The chunk's old records are read: its new ones may go over them.
+      for (const DemotionPiece& p : c.pieces)
+        std::memcpy(base + size_t{job.to[p.begin]} * granule, staging + (p.begin - c.begin) * to_bytes,
+                    (p.end - p.begin) * to_bytes);
+      done = c.end;
     }
     return Status::ok();
   }

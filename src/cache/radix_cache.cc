@@ -577,8 +577,7 @@ uint64_t RadixCache::start_demotions(uint64_t bytes, uint64_t band_start) {
     const uint64_t saves = n->size() * (l2_->bytes_per_token(rung) - l2_->bytes_per_token(rung + 1));
     n->transfer = NodeTransfer::kDemote;
     const Ticket ticket = demoter_->submit(job);
-    demotions_.push_back({ticket, {n}, std::move(job), saves});
-    demotion_pending_bytes_ += saves;
+    demotions_.push_back({ticket, {n}, std::move(job)});
     planned += saves;
   }
   return planned;
@@ -604,7 +603,6 @@ void RadixCache::apply_demotion(Ticket ticket, const Status& status) {
 RadixCache::Demotion RadixCache::close_demotion(std::vector<Demotion>::iterator it) {
   Demotion d = std::move(*it);
   demotions_.erase(it);
-  demotion_pending_bytes_ -= d.saves_bytes;
   for (RadixNode* n : d.nodes) n->transfer = NodeTransfer::kNone;
   return d;
 }

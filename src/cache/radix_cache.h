@@ -402,14 +402,12 @@ class RadixCache {
     Ticket ticket;
     std::vector<RadixNode*> nodes;  // one node, or the halves it was split into
     DemotionJob job;
-    uint64_t saves_bytes;
   };
   std::vector<Demotion>::iterator find_demotion(const RadixNode* node);  // the one that lists `node`
   // Removes a demotion from the books: its nodes are no longer under demotion.
   Demotion close_demotion(std::vector<Demotion>::iterator it);
   std::unique_ptr<DemotionEngine> demoter_;  // a tiered pool only
   std::vector<Demotion> demotions_;
-  uint64_t demotion_pending_bytes_ = 0;      // what the demotions in flight will free
   std::deque<uint64_t> reuse_distances_;     // the last reuse_window host hits' (rung-0 bytes)
   uint64_t demote_ahead_idle_at_ = 0;        // clock_ when demoting ahead last found nothing to demote
   size_t l1_tokens_ = 0, l2_tokens_ = 0;

@@ -104,4 +104,11 @@ done
 device="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["server"]["demotion"]["device"])' "$TMP/bench.json")"
 [[ $device == cpu ]] || fail "hiq bench serve with a ladder on the CPU: demotion device '$device', expected cpu"
 echo "ok   hiq bench serve --hicache-codec tiered:int8,int4h: demotes on the $device"
+# Without a ladder the flag has nothing to do, and the server says so.
+"$HIQ" bench serve --model "$MODEL" --max-total-tokens 256 --hicache-demotion-device cpu --gsp-num-groups 1 \
+  --gsp-prompts-per-group 1 --gsp-system-prompt-len 16 --gsp-question-len 4 --gsp-output-len 2 \
+  >"$TMP/out" 2>"$TMP/err" || fail "hiq bench serve --hicache-demotion-device cpu: $(cat "$TMP/err")"
+grep -qF -- "--hicache-demotion-device cpu has nothing to do" "$TMP/err" ||
+  fail "hiq bench serve --hicache-demotion-device cpu without a ladder: no warning: $(cat "$TMP/err")"
+echo "ok   hiq bench serve --hicache-demotion-device cpu without a ladder warns"
 echo "all host-tier flag checks passed"

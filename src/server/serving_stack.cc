@@ -237,6 +237,10 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
     }
   }
   RadixCacheOptions cache_options = c.cache;
+  if (c.demotion_device != DemotionDevice::kAuto && !(s->l2_ && s->l2_->tiered()))
+    log(LogLevel::kWarning, "serve",
+        "--hicache-demotion-device " + std::string(demotion_device_name(c.demotion_device)) +
+            " has nothing to do: the host tier has no ladder (--hicache-codec tiered:…)");
   if (cuda && s->l2_ && s->l2_->tiered() && c.demotion_device != DemotionDevice::kCpu) {
     CudaDemoterOptions options;
     options.device = devices.empty() ? -1 : devices[0];

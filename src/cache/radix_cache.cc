@@ -106,7 +106,12 @@ RadixCache::RadixCache(DeviceKvPool& l1, HostKvPool* l2, TransferEngine* engine,
 
 RadixCache::~RadixCache() {
   if (engine_) engine_->drain();  // no transfer may touch slots after the tree is gone
-  if (demoter_) demoter_->drain();
+  if (demoter_) {
+    // Queued demotions would only rewrite records nobody will read: taken
+    // back, so that a server stops without running them; started ones end.
+    for (const Demotion& d : demotions_) (void)demoter_->cancel(d.ticket);
+    demoter_->drain();
+  }
 }
 
 CacheLock RadixCache::lock(RadixNode* node) {

@@ -58,20 +58,22 @@ Status demote_records(HostKvPool& pool, const DemotionJob& job, std::vector<std:
   const int parts = g.rows_per_layer();
   std::byte* const base = pool.plane(0, KvPart::kK, 0);  // slot 0 of any rung starts here
   scratch.resize(std::max(scratch.size(), kChunkTokens * from_bytes));
-  // Chunks never straddle runs: a run's tokens move toward its start, in order.
-  for (const DemotionRun& run : demotion_runs(pool, job))
-    for (size_t begin = run.begin; begin < run.begin + run.count; begin += kChunkTokens) {
-      const size_t count = std::min(kChunkTokens, run.begin + run.count - begin);
-      std::memcpy(scratch.data(), base + size_t{job.from[begin]} * granule, count * from_bytes);
+  // Each chunk is read whole into scratch before its new records go over the old ones.
+  for (const DemotionChunk& c : demotion_chunks(demotion_runs(pool, job), job.from.size(), kChunkTokens)) {
+    for (const DemotionPiece& piece : c.pieces)
+      std::memcpy(scratch.data() + (piece.begin - c.begin) * from_bytes, base + size_t{job.from[piece.begin]} * granule,
+                  (piece.end - piece.begin) * from_bytes);
+    for (const DemotionPiece& piece : c.pieces)
       for (int layer = 0; layer < g.num_layers; ++layer)
         for (int p = 0; p < parts; ++p) {
           const auto part = static_cast<KvPart>(p);
-          const std::byte* src = pool.plane(layer, part, job.from_rung) - base + scratch.data();
-          std::byte* dst = pool.record(layer, part, job.to[begin], job.to_rung);
+          const std::byte* src =
+              pool.plane(layer, part, job.from_rung) - base + scratch.data() + (piece.begin - c.begin) * from_bytes;
+          std::byte* dst = pool.record(layer, part, job.to[piece.begin], job.to_rung);
           transcode_rows(pool.layout(part, job.from_rung), src, from_bytes, pool.layout(part, job.to_rung), dst,
-                         to_bytes, count, stats, impl);
+                         to_bytes, piece.end - piece.begin, stats, impl);
         }
-    }
+  }
   return Status::ok();
 }
 
@@ -157,13 +159,12 @@ Status DemotionEngine::wait(Ticket ticket) {
   const auto done = [&] {
     return std::find_if(done_.begin(), done_.end(), [&](const DemotionCompletion& c) { return c.ticket == ticket; });
   };
-  if (done() == done_.end() && std::find(running_.begin(), running_.end(), ticket) == running_.end())
-    return not_found("demotion ticket " + std::to_string(ticket) + " is unknown or already handed back");
-  // A job taken back meanwhile (cancel) leaves running_ without completing.
-  const auto known = [&] { return std::find(running_.begin(), running_.end(), ticket) != running_.end(); };
-  done_cv_.wait(lock, [&] { return done() != done_.end() || !known(); });
+  // A ticket neither running nor done is unknown, handed back by poll(), or
+  // taken back (cancel) — possibly while this thread waited.
+  const auto running = [&] { return std::find(running_.begin(), running_.end(), ticket) != running_.end(); };
+  done_cv_.wait(lock, [&] { return done() != done_.end() || !running(); });
   if (done() == done_.end())
-    return not_found("demotion ticket " + std::to_string(ticket) + " was taken back or handed back");
+    return not_found("demotion ticket " + std::to_string(ticket) + " is unknown, taken back or already handed back");
   return done()->status;
 }
 

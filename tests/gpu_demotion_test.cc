@@ -90,6 +90,21 @@ class GpuDemotion : public ::testing::TestWithParam<Case> {
     return std::vector<std::byte>(base(), base() + pool_->reserved_bytes());
   }
 
+  // A GPU demoter over the pool, `chunk` tokens at a time; null (and the
+  // test failed) if it cannot be made.
+  std::shared_ptr<CudaDemoter> gpu_demoter(size_t chunk, std::function<Status(size_t)> before_chunk = {}) {
+    CudaDemoterOptions options;
+    options.chunk_tokens = chunk;
+    options.before_chunk = std::move(before_chunk);
+    auto made = make_cuda_demoter(*pool_, options);
+    EXPECT_TRUE(made.is_ok()) << made.status().to_string();
+    return made.is_ok() ? *made : nullptr;
+  }
+
+  std::vector<std::byte> on_gpu(CudaDemoter& gpu) {
+    return demoted([&](const DemotionJob& job) { return gpu.demote(job); });
+  }
+
   std::vector<std::byte> on_cpu() {
     std::vector<std::byte> scratch;
     return demoted([&](const DemotionJob& job) { return demote_records(*pool_, job, scratch); });
@@ -114,13 +129,11 @@ TEST_P(GpuDemotion, RecordsAreTheCpuDemotionsByteForByte) {
   // Chunks of 3 tokens cut runs; one of 256 holds every job whole.
   for (size_t chunk : {3, 256}) {
     SCOPED_TRACE("chunk " + std::to_string(chunk));
-    CudaDemoterOptions options;
-    options.chunk_tokens = chunk;
-    auto gpu = make_cuda_demoter(*pool_, options);
-    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-    expect_same_bytes(demoted([&](const DemotionJob& job) { return (*gpu)->demote(job); }), cpu);
-    EXPECT_EQ((*gpu)->stats().gpu_jobs, jobs_.size());
-    EXPECT_EQ((*gpu)->stats().host_jobs, 0u);
+    const auto gpu = gpu_demoter(chunk);
+    ASSERT_TRUE(gpu);
+    expect_same_bytes(on_gpu(*gpu), cpu);
+    EXPECT_EQ(gpu->stats().gpu_jobs, jobs_.size());
+    EXPECT_EQ(gpu->stats().host_jobs, 0u);
   }
 }
 
@@ -142,11 +155,9 @@ TEST_P(GpuDemotion, EveryRungDownIsTheCpus) {
   const std::vector<std::byte> cpu =
       whole_ladder([&](const DemotionJob& job) { return demote_records(*pool_, job, scratch); });
   build();  // rung 0 again: the same slots and bytes
-  CudaDemoterOptions options;
-  options.chunk_tokens = 4;
-  auto gpu = make_cuda_demoter(*pool_, options);
-  ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-  expect_same_bytes(whole_ladder([&](const DemotionJob& job) { return (*gpu)->demote(job); }), cpu);
+  const auto gpu = gpu_demoter(4);
+  ASSERT_TRUE(gpu);
+  expect_same_bytes(whole_ladder([&](const DemotionJob& job) { return gpu->demote(job); }), cpu);
 }
 
 // The GPU fails at the first chunk (nothing written yet) or the third (two
@@ -156,33 +167,30 @@ TEST_P(GpuDemotion, AJobTheGpuFailsPartWayIsFinishedOnTheHost) {
   const std::vector<std::byte> cpu = on_cpu();
   for (size_t fail_at : {0, 2}) {
     SCOPED_TRACE("the GPU fails at chunk " + std::to_string(fail_at));
-    CudaDemoterOptions options;
-    options.chunk_tokens = 3;  // every job has more than three chunks
-    options.before_chunk = [&](size_t chunk) { return chunk == fail_at ? unavailable("injected") : Status::ok(); };
-    auto gpu = make_cuda_demoter(*pool_, options);
-    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-    expect_same_bytes(demoted([&](const DemotionJob& job) { return (*gpu)->demote(job); }), cpu);
-    EXPECT_EQ((*gpu)->stats().host_jobs, jobs_.size());
-    EXPECT_EQ((*gpu)->stats().gpu_jobs, 0u);
+    // Chunks of 3 tokens: every job has more than three.
+    const auto gpu =
+        gpu_demoter(3, [&](size_t chunk) { return chunk == fail_at ? unavailable("injected") : Status::ok(); });
+    ASSERT_TRUE(gpu);
+    expect_same_bytes(on_gpu(*gpu), cpu);
+    EXPECT_EQ(gpu->stats().host_jobs, jobs_.size());
+    EXPECT_EQ(gpu->stats().gpu_jobs, 0u);
   }
 }
 
 TEST_P(GpuDemotion, WorkersDemoteConcurrentlyThroughTheEngine) {
   const std::vector<std::byte> cpu = on_cpu();
-  CudaDemoterOptions options;
-  options.chunk_tokens = 5;
-  auto gpu = make_cuda_demoter(*pool_, options);
-  ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+  const auto gpu = gpu_demoter(5);
+  ASSERT_TRUE(gpu);
   for (int round = 0; round < 3; ++round) {
     restore_pristine();
     DemotionEngine engine(*pool_, {.threads = 4, .codec_impl = CodecImpl::kAuto,
-                                   .backend = demotion_backend(*gpu), .before_job = {}});
+                                   .backend = demotion_backend(gpu), .before_job = {}});
     for (const DemotionJob& job : jobs_) engine.submit(job);
     engine.drain();
     for (const DemotionCompletion& c : engine.poll()) EXPECT_TRUE(c.status.is_ok()) << c.status.to_string();
     expect_same_bytes(std::vector<std::byte>(base(), base() + pool_->reserved_bytes()), cpu);
   }
-  EXPECT_EQ((*gpu)->stats().gpu_jobs, 3 * jobs_.size());
+  EXPECT_EQ(gpu->stats().gpu_jobs, 3 * jobs_.size());
 }
 
 std::string describe(const ::testing::TestParamInfo<Case>& param) {

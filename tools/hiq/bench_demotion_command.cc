@@ -168,7 +168,8 @@ int run_demotion_bench(const DemotionBenchFlags& f) {
     }
   if (gpu && gpu->stats().host_jobs > 0)
     return report_error(what, internal_error(std::to_string(gpu->stats().host_jobs) +
-                                             " GPU jobs failed and ran on the host: the GPU rows are not the GPU's"));
+                                             " jobs failed on the GPU and were finished on the host: the GPU rows "
+                                             "are not the GPU's"));
 
   const std::string from = std::string(codec_name(pool.codec(0).k)), to = std::string(codec_name(pool.codec(1).k));
   if (f.json) {

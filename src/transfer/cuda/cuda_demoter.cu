@@ -122,8 +122,9 @@ class Demoter final : public CudaDemoter {
     lanes_.push_back(std::move(lane));
   }
 
-  // The records of `rung` in a buffer of `token_bytes` per token, as the
-  // pool lays out one token's records; the BF16 rows of a chunk.
+  // A chunk of `count` tokens: their records of `rung` in `records`, laid
+  // out as the pool lays out tokens (bytes_per_token(rung) each), and their
+  // BF16 rows in the lane's buffer.
   cuda::RowBatch batch(std::byte* records, int rung, uint32_t count, const Lane& lane) {
     const KvGeometry& g = pool_.geometry();
     std::byte* const base = pool_.plane(0, KvPart::kK, 0);

@@ -50,8 +50,8 @@ class Demoter final : public CudaDemoter {
     cuda::DeviceScope scope(options_.device);
     const std::vector<DemotionRun> runs = demotion_runs(pool_, job);
     size_t done = 0;  // tokens whose new records are in the pool
-    Result<std::unique_ptr<Lane>> lane = scope.status();
-    if (scope.status().is_ok()) lane = take_lane();
+    Result<std::unique_ptr<Lane>> lane =
+        scope.status().is_ok() ? take_lane() : Result<std::unique_ptr<Lane>>(scope.status());
     if (lane.is_ok()) {
       const Status gpu = on_gpu(**lane, job, runs, done);
       if (gpu.is_ok()) {

@@ -3,8 +3,10 @@
 // rank as their error bounds say, and bad input is refused.
 #include "eval/quality.h"
 
+#include <cmath>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -83,6 +85,31 @@ TEST_F(QualityTest, ExactCodecMatchesTheReferenceAndLossyCodecsRankByTheirError)
   EXPECT_GT(int8.kl_mean, 0.0);
   EXPECT_GT(int4.kl_mean, int8.kl_mean);
   EXPECT_EQ(int8.perplexity_reference, bf16.perplexity_reference);
+  // Each text is one score: the exact restore changes no text's likelihood,
+  // and a lossy tier's change is that of its texts' mean.
+  for (const CodecQuality& q : report->codecs) {
+    ASSERT_EQ(q.scores.size(), 3u) << q.name;
+    double mean = 0;
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(q.scores[i].text, i);
+      EXPECT_EQ(q.scores[i].read, 0u);
+      mean += q.scores[i].nll_change / 3;
+    }
+    EXPECT_NEAR(q.perplexity_change, std::expm1(mean), 1e-12) << q.name;
+    EXPECT_TRUE(std::isfinite(q.perplexity_change_stderr)) << q.name;
+  }
+  for (const TextScore& t : bf16.scores) EXPECT_EQ(t.nll_change, 0.0);
+  EXPECT_EQ(bf16.perplexity_change_stderr, 0.0);
+  EXPECT_GT(int4.perplexity_change_stderr, 0.0);
+  // Paired on the same three texts: a tier against the exact one is its own
+  // change; against itself, no difference at all.
+  const PairedPerplexityChange against_exact = paired_perplexity_change(int4, bf16);
+  EXPECT_EQ(against_exact.pairs, 3u);
+  EXPECT_NEAR(against_exact.difference, int4.perplexity_change, 1e-12);
+  EXPECT_NEAR(against_exact.stderr_difference, int4.perplexity_change_stderr, 1e-12);
+  const PairedPerplexityChange itself = paired_perplexity_change(int8, int8);
+  EXPECT_EQ(itself.difference, 0.0);
+  EXPECT_EQ(itself.stderr_difference, 0.0);
   // Nothing is left behind: every L1 slot is free again.
   EXPECT_EQ(l1_->allocator().free_count(), l1_->num_slots());
 }
@@ -119,6 +146,11 @@ TEST_F(QualityTest, WorkloadModeRestoresFromTheRungsThePolicyLeft) {
   EXPECT_EQ(tiered.restored_rung_tokens[0] + tiered.restored_rung_tokens[1], tiered.restored_tokens);
   EXPECT_GT(tiered.restored_rung_tokens[1], 0u);
   EXPECT_EQ(tiered.restored_tokens, 6 * options_.prefix_len);
+  // Each score names its text: texts 0–5, read once, in order.
+  ASSERT_EQ(tiered.scores.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(tiered.scores[i].text, i);
+  // bf16 scored only the texts it kept: those are the pairs.
+  EXPECT_EQ(paired_perplexity_change(tiered, bf16).pairs, bf16.texts);
 
   // Each prefix read twice, every `lag` steps: 6 + 4 reads of 8 texts.
   options_.reads = 2;
@@ -126,6 +158,22 @@ TEST_F(QualityTest, WorkloadModeRestoresFromTheRungsThePolicyLeft) {
   ASSERT_TRUE(report.is_ok()) << report.status().message();
   EXPECT_EQ(report->texts, 10u);
   for (const CodecQuality& q : report->codecs) EXPECT_EQ(q.texts + q.missed_texts, 10u) << q.name;
+  // A second read is one of texts 0–3 again, told apart by its read.
+  size_t second_reads = 0;
+  for (const CodecQuality& q : report->codecs) {
+    std::set<std::pair<size_t, size_t>> reads;
+    for (const TextScore& t : q.scores) {
+      EXPECT_TRUE(reads.emplace(t.text, t.read).second) << q.name << ": text " << t.text << " read " << t.read;
+      EXPECT_LE(t.read, 1u);
+      if (t.read == 1) {
+        EXPECT_LT(t.text, 4u);
+      }
+      second_reads += t.read;
+    }
+    EXPECT_EQ(q.scores.size(), q.texts);
+    EXPECT_EQ(paired_perplexity_change(q, q).pairs, q.texts);
+  }
+  EXPECT_GT(second_reads, 0u);
   options_.reads = 0;
   EXPECT_EQ(evaluate_quality(model, inputs, options_).status().code(), StatusCode::kInvalidArgument);
   options_.reads = 1;
@@ -135,6 +183,28 @@ TEST_F(QualityTest, WorkloadModeRestoresFromTheRungsThePolicyLeft) {
   options_.host_bytes = 1 << 20;
   options_.lag = 8;
   EXPECT_EQ(evaluate_quality(model, inputs, options_).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The paired difference by hand: reads match on text and read; the
+// difference's error comes from the spread of the per-text differences.
+TEST(PairedPerplexityChangeTest, PairsReadsOfTheSameTextAndTakesTheErrorOfTheirDifferences) {
+  CodecQuality a, b;
+  a.scores = {{0, 0, 0.01}, {1, 0, 0.03}, {2, 0, 0.02}, {3, 0, 0.5}, {0, 1, 0.9}};
+  b.scores = {{2, 0, 0.01}, {0, 0, 0.00}, {1, 0, 0.01}};  // text 3 and the second read of 0 are a's alone
+  const PairedPerplexityChange p = paired_perplexity_change(a, b);
+  EXPECT_EQ(p.pairs, 3u);
+  EXPECT_NEAR(p.a, std::expm1(0.02), 1e-15);
+  EXPECT_NEAR(p.b, std::expm1(0.02 / 3), 1e-15);
+  EXPECT_NEAR(p.difference, std::expm1(0.02) - std::expm1(0.02 / 3), 1e-15);
+  // Differences 0.01, 0.02, 0.01: standard deviation 0.01/√3, over √3.
+  EXPECT_NEAR(p.stderr_difference, std::exp(0.02) * 0.01 / 3, 1e-15);
+
+  b.scores = {{1, 0, 0.01}};
+  EXPECT_EQ(paired_perplexity_change(a, b).pairs, 1u);
+  EXPECT_TRUE(std::isnan(paired_perplexity_change(a, b).stderr_difference));  // one pair has no spread
+  b.scores = {{7, 0, 0.01}};
+  EXPECT_EQ(paired_perplexity_change(a, b).pairs, 0u);
+  EXPECT_EQ(paired_perplexity_change(a, b).difference, 0.0);
 }
 
 TEST_F(QualityTest, RefusesTextsTooShortAndAnL1TooSmall) {

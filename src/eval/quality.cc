@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "cache/radix_cache.h"
@@ -55,6 +56,20 @@ void log_softmax(std::span<const float> logits, std::vector<double>& out) {
   for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_sum;
 }
 
+// The standard error of the mean of `value` over `items`: the sample
+// standard deviation over √n; NaN with fewer than two.
+template <typename T, typename F>
+double stderr_of_mean(const std::vector<T>& items, F value) {
+  const size_t n = items.size();
+  if (n < 2) return std::numeric_limits<double>::quiet_NaN();
+  double mean = 0;
+  for (const T& item : items) mean += value(item);
+  mean /= static_cast<double>(n);
+  double squares = 0;
+  for (const T& item : items) squares += (value(item) - mean) * (value(item) - mean);
+  return std::sqrt(squares / static_cast<double>(n - 1) / static_cast<double>(n));
+}
+
 // Sums over texts, turned into a CodecQuality at the end.
 struct Accumulator {
   size_t texts = 0;
@@ -65,6 +80,7 @@ struct Accumulator {
 
   size_t missed_texts = 0;
   std::vector<uint64_t> restored_rung_tokens;
+  std::vector<TextScore> scores;
 
   CodecQuality result(const QualityTier& tier) const {
     CodecQuality q;
@@ -82,6 +98,9 @@ struct Accumulator {
       q.perplexity_reference = std::exp(nll_reference / static_cast<double>(heldout));
       q.perplexity = std::exp(nll / static_cast<double>(heldout));
       q.perplexity_change = q.perplexity / q.perplexity_reference - 1;
+      q.perplexity_change_stderr = (1 + q.perplexity_change) * stderr_of_mean(scores, [](const TextScore& t) {
+                                     return t.nll_change;
+                                   });
       q.kl_mean = kl_sum / static_cast<double>(heldout);
       q.top1_heldout = static_cast<double>(agree_heldout) / static_cast<double>(heldout);
     }
@@ -90,6 +109,7 @@ struct Accumulator {
     q.k_relative_rms = k_norm2 > 0 ? std::sqrt(k_error2 / k_norm2) : 0;
     q.v_relative_rms = v_norm2 > 0 ? std::sqrt(v_error2 / v_norm2) : 0;
     q.max_abs_error = max_abs_error;
+    q.scores = scores;
     return q;
   }
 };
@@ -164,6 +184,13 @@ Status copy_kv(DeviceKvPool& l1, std::span<const SlotId> from, std::span<const S
   return Status::ok();
 }
 
+// A text to score, and which read of which text it is.
+struct ScoredRead {
+  std::span<const int32_t> tokens;
+  size_t text = 0;  // its index in the input
+  size_t read = 0;  // 0 for the first read
+};
+
 class Evaluator {
  public:
   Evaluator(QualityModel& model, const QualityOptions& options) : model_(model), options_(options) {}
@@ -193,7 +220,7 @@ class Evaluator {
   // The workload mode's step: `insert`'s prefix goes into every tier; then
   // each text of `scored` (inserted earlier) has its prefix restored from
   // each tier that still holds it, and is scored.
-  Status step(std::span<const int32_t> insert, std::span<const std::span<const int32_t>> scored) {
+  Status step(std::span<const int32_t> insert, std::span<const ScoredRead> scored) {
     const size_t P = options_.prefix_len, C = options_.continuation_len, G = options_.greedy_len;
     SlotAllocator& slots = model_.l1->allocator();
     HIQ_ASSIGN_OR_RETURN(SlotLease prefix, SlotLease::take(slots, P));
@@ -206,7 +233,8 @@ class Evaluator {
       tier.cache->drain_transfers();
       tier.cache->evict_l1(tier.cache->l1_tokens());  // host-only from here on
     }
-    for (const std::span<const int32_t> score : scored) {
+    for (const ScoredRead& read : scored) {
+      const std::span<const int32_t> score = read.tokens;
       // The scored text's prefix again (the forward pass is deterministic:
       // the same KV it had when it was inserted), and its reference.
       HIQ_RETURN_IF_ERROR(model_.forward(score.first(P), prefix.ids(), 0, false).status());
@@ -216,14 +244,15 @@ class Evaluator {
           ++tier.sums.missed_texts;
           continue;
         }
-        HIQ_RETURN_IF_ERROR(restore_and_score(tier, score, prefix.ids(), scratch.ids(), reference));
+        HIQ_RETURN_IF_ERROR(restore_and_score(tier, read, prefix.ids(), scratch.ids(), reference));
         tier.cache->evict_l1(tier.cache->l1_tokens());
       }
     }
     return Status::ok();
   }
 
-  Status run(std::span<const int32_t> text) {
+  Status run(const ScoredRead& read) {
+    const std::span<const int32_t> text = read.tokens;
     const size_t P = options_.prefix_len, C = options_.continuation_len, G = options_.greedy_len;
     SlotAllocator& slots = model_.l1->allocator();
     HIQ_ASSIGN_OR_RETURN(SlotLease prefix, SlotLease::take(slots, P));
@@ -231,7 +260,7 @@ class Evaluator {
     const std::span<const int32_t> prefix_tokens = text.first(P);
     HIQ_RETURN_IF_ERROR(model_.forward(prefix_tokens, prefix.ids(), 0, false).status());
     HIQ_ASSIGN_OR_RETURN(Reference reference, run_reference(text, prefix.ids(), scratch.ids()));
-    for (CodecTier& tier : tiers_) HIQ_RETURN_IF_ERROR(run_tier(tier, text, prefix.ids(), scratch.ids(), reference));
+    for (CodecTier& tier : tiers_) HIQ_RETURN_IF_ERROR(run_tier(tier, read, prefix.ids(), scratch.ids(), reference));
     return Status::ok();
   }
 
@@ -270,9 +299,10 @@ class Evaluator {
 
   // The prefix through `tier`: into the tree, backed up, evicted from L1,
   // matched as host-only and restored; then the passes of the reference.
-  Status run_tier(CodecTier& tier, std::span<const int32_t> text, std::span<const SlotId> prefix,
+  Status run_tier(CodecTier& tier, const ScoredRead& read, std::span<const SlotId> prefix,
                   std::span<const SlotId> scratch, const Reference& ref) {
     const size_t P = options_.prefix_len;
+    const std::span<const int32_t> text = read.tokens;
     const std::string name = tier.codec.name();
     RadixCache& cache = *tier.cache;
     HIQ_ASSIGN_OR_RETURN(SlotLease copy, SlotLease::take(model_.l1->allocator(), P));
@@ -284,7 +314,7 @@ class Evaluator {
       return internal_error(name + ": the prefix was not backed up to L2 (" + std::to_string(cache.l2_tokens()) +
                             " of " + std::to_string(P) + " tokens)");
     cache.evict_l1(P);
-    HIQ_RETURN_IF_ERROR(restore_and_score(tier, text, prefix, scratch, ref));
+    HIQ_RETURN_IF_ERROR(restore_and_score(tier, read, prefix, scratch, ref));
     cache.clear();
     if (cache.l1_tokens() != 0 || cache.l2_tokens() != 0)
       return internal_error(name + ": the cache kept " + std::to_string(cache.l1_tokens()) + " L1 and " +
@@ -294,8 +324,9 @@ class Evaluator {
 
   // Matches the text's prefix, held only in the tier's L2, restores it and
   // runs the passes of the reference on it.
-  Status restore_and_score(CodecTier& tier, std::span<const int32_t> text, std::span<const SlotId> prefix,
+  Status restore_and_score(CodecTier& tier, const ScoredRead& read, std::span<const SlotId> prefix,
                            std::span<const SlotId> scratch, const Reference& ref) {
+    const std::span<const int32_t> text = read.tokens;
     const size_t P = options_.prefix_len, C = options_.continuation_len, G = options_.greedy_len;
     const std::string name = tier.codec.name();
     RadixCache& cache = *tier.cache;
@@ -317,7 +348,8 @@ class Evaluator {
 
     HIQ_ASSIGN_OR_RETURN(std::vector<float> continuation,
                          model_.forward(text.first(P + C), concat(restored, scratch, C), P, true));
-    score_continuation(text, ref.continuation_logits, continuation, tier.sums);
+    const double nll_change = score_continuation(text, ref.continuation_logits, continuation, tier.sums);
+    tier.sums.scores.push_back({read.text, read.read, nll_change});
 
     HIQ_ASSIGN_OR_RETURN(std::vector<float> greedy, model_.forward(greedy_input(text, P, ref.greedy_tokens),
                                                                    concat(restored, scratch, G), P, true));
@@ -333,10 +365,13 @@ class Evaluator {
     return Status::ok();
   }
 
-  void score_continuation(std::span<const int32_t> text, std::span<const float> reference,
-                          std::span<const float> restored, Accumulator& sums) {
+  // Adds the continuation's figures to `sums`; returns its mean NLL change
+  // per token (restored − reference).
+  double score_continuation(std::span<const int32_t> text, std::span<const float> reference,
+                            std::span<const float> restored, Accumulator& sums) {
     const size_t P = options_.prefix_len, C = options_.continuation_len;
     const size_t vocab = static_cast<size_t>(model_.vocab_size);
+    double nll_change = 0;
     for (size_t i = 0; i < C; ++i) {
       const std::span<const float> ref_row = reference.subspan(i * vocab, vocab);
       const std::span<const float> row = restored.subspan(i * vocab, vocab);
@@ -345,6 +380,7 @@ class Evaluator {
       const auto target = static_cast<size_t>(text[P + i + 1]);
       sums.nll_reference -= ref_log_[target];
       sums.nll -= log_[target];
+      nll_change += ref_log_[target] - log_[target];
       double kl = 0;
       for (size_t v = 0; v < vocab; ++v) kl += std::exp(ref_log_[v]) * (ref_log_[v] - log_[v]);
       kl = std::max(kl, 0.0);  // rounding can make an exact match a hair negative
@@ -353,6 +389,7 @@ class Evaluator {
       sums.agree_heldout += argmax(ref_row) == argmax(row);
       ++sums.heldout;
     }
+    return nll_change / static_cast<double>(C);
   }
 
   QualityModel& model_;
@@ -396,6 +433,40 @@ size_t quality_l1_slots(const QualityOptions& options) {
   return 2 * options.prefix_len + std::max(options.continuation_len, options.greedy_len);
 }
 
+PairedPerplexityChange paired_perplexity_change(const CodecQuality& a, const CodecQuality& b) {
+  std::map<std::pair<size_t, size_t>, double> b_scores;
+  for (const TextScore& t : b.scores) b_scores.emplace(std::pair(t.text, t.read), t.nll_change);
+  struct Pair {
+    double a, b;
+  };
+  std::vector<Pair> pairs;
+  for (const TextScore& t : a.scores)
+    if (auto it = b_scores.find({t.text, t.read}); it != b_scores.end()) pairs.push_back({t.nll_change, it->second});
+  PairedPerplexityChange out;
+  out.pairs = pairs.size();
+  if (pairs.empty()) {
+    out.stderr_difference = std::numeric_limits<double>::quiet_NaN();
+    return out;
+  }
+  // Every read scores the same number of tokens, so the mean of the texts'
+  // per-token changes is the per-token change of them all.
+  double mean_a = 0, mean_b = 0;
+  for (const Pair& p : pairs) {
+    mean_a += p.a;
+    mean_b += p.b;
+  }
+  mean_a /= static_cast<double>(pairs.size());
+  mean_b /= static_cast<double>(pairs.size());
+  out.a = std::exp(mean_a) - 1;
+  out.b = std::exp(mean_b) - 1;
+  out.difference = out.a - out.b;
+  // First order, as each tier's own error: the difference moves with
+  // mean_a − mean_b by exp(mean_a), so against an exact tier (all changes 0)
+  // this is a's perplexity_change_stderr.
+  out.stderr_difference = std::exp(mean_a) * stderr_of_mean(pairs, [](const Pair& p) { return p.a - p.b; });
+  return out;
+}
+
 Result<QualityReport> evaluate_quality(QualityModel& model, std::span<const std::vector<int32_t>> texts,
                                        const QualityOptions& options,
                                        const std::function<void(size_t, size_t)>& progress) {
@@ -420,8 +491,9 @@ Result<QualityReport> evaluate_quality(QualityModel& model, std::span<const std:
                               std::to_string(options.lag) + " texts");
     size_t reads = 0;
     for (size_t i = 0; i < texts.size(); ++i) {
-      std::vector<std::span<const int32_t>> scored;
-      for (size_t k = 1; k <= options.reads && k * options.lag <= i; ++k) scored.emplace_back(texts[i - k * options.lag]);
+      std::vector<ScoredRead> scored;
+      for (size_t k = 1; k <= options.reads && k * options.lag <= i; ++k)
+        scored.push_back({texts[i - k * options.lag], i - k * options.lag, k - 1});
       HIQ_RETURN_IF_ERROR(evaluator.step(texts[i], scored).with_context("step " + std::to_string(i)));
       reads += scored.size();
       if (progress) progress(i + 1, texts.size());
@@ -429,7 +501,7 @@ Result<QualityReport> evaluate_quality(QualityModel& model, std::span<const std:
     return evaluator.report(reads);
   }
   for (size_t i = 0; i < texts.size(); ++i) {
-    HIQ_RETURN_IF_ERROR(evaluator.run(texts[i]).with_context("text " + std::to_string(i)));
+    HIQ_RETURN_IF_ERROR(evaluator.run({texts[i], i, 0}).with_context("text " + std::to_string(i)));
     if (progress) progress(i + 1, texts.size());
   }
   return evaluator.report(texts.size());

@@ -99,6 +99,17 @@ struct QualityOptions {
 // and the longer of the two continuations, twice over.
 size_t quality_l1_slots(const QualityOptions& options);
 
+// One scored read of a text: which text (its index in the input), which of
+// its reads (0 outside the workload mode), and how the restore moved its
+// held-out continuation's mean negative log-likelihood per token (restored
+// − reference, nats). Texts are the samples of the standard errors below:
+// the tokens of one text are not independent of each other.
+struct TextScore {
+  size_t text = 0;
+  size_t read = 0;
+  double nll_change = 0;
+};
+
 struct CodecQuality {
   KvCodecs codec = CodecKind::kBf16;
   std::string name;                // the tier, as --hicache-codec spells it
@@ -110,6 +121,11 @@ struct CodecQuality {
   uint64_t restored_bytes = 0;     // encoded bytes read from L2 for them
   double perplexity_reference = 0, perplexity = 0;  // over the held-out continuations
   double perplexity_change = 0;    // perplexity / perplexity_reference − 1
+  // Its standard error over the scored texts (first order: (1 + change) ×
+  // the standard error of the mean of `scores`' nll_change); NaN with fewer
+  // than two texts.
+  double perplexity_change_stderr = 0;
+  std::vector<TextScore> scores;   // each scored read, in the order scored
   double kl_mean = 0, kl_max = 0;  // nats, over held-out positions
   double top1_heldout = 0;         // fraction of held-out positions whose argmax matches the reference's
   double top1_greedy = 0;          // fraction of greedy positions whose argmax matches the reference's
@@ -122,6 +138,20 @@ struct QualityReport {
   size_t texts = 0;
   std::vector<CodecQuality> codecs;  // in the order of QualityOptions::codecs
 };
+
+// Two tiers' perplexity change over the reads both scored (matched by text
+// and read), and the standard error of their difference with texts as the
+// samples: whether a gap between two tiers is larger than what the choice
+// of texts moves. Pairing takes out what the texts share (a hard text is
+// hard for both), so the error of the difference is far below either
+// tier's own.
+struct PairedPerplexityChange {
+  size_t pairs = 0;
+  double a = 0, b = 0;     // each tier's perplexity change over the pairs
+  double difference = 0;   // a − b
+  double stderr_difference = 0;  // first order; NaN with fewer than two pairs
+};
+PairedPerplexityChange paired_perplexity_change(const CodecQuality& a, const CodecQuality& b);
 
 // Runs every text (each of at least P + C + 1 tokens) through the reference
 // and every codec. `progress(done, total)` after each text; may be null.

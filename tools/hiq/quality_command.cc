@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -154,6 +155,41 @@ Result<std::unique_ptr<Backend>> make_backend(const LoadedModel& m, const std::s
 
 std::string percent(double fraction, int digits) { return format_fixed(fraction * 100, digits) + " %"; }
 
+// A change in percent with its sign, and its standard error when there is one.
+std::string signed_percent(double fraction, double stderr_fraction, int digits) {
+  std::string out = (fraction >= 0 ? "+" : "") + percent(fraction, digits);
+  if (std::isfinite(stderr_fraction)) out += " ± " + format_fixed(stderr_fraction * 100, digits);
+  return out;
+}
+
+// A difference of two percentages, in points, and its standard error.
+std::string signed_points(double fraction, double stderr_fraction, int digits) {
+  std::string out = (fraction >= 0 ? "+" : "") + format_fixed(fraction * 100, digits);
+  if (std::isfinite(stderr_fraction)) out += " ± " + format_fixed(stderr_fraction * 100, digits);
+  return out + " points";
+}
+
+// Calls `f` for each pair of valid tiers, in the order given, that scored
+// some text in common.
+template <typename F>
+void for_each_pair(const std::vector<CodecQuality>& tiers, F f) {
+  for (size_t i = 0; i < tiers.size(); ++i)
+    for (size_t j = i + 1; j < tiers.size(); ++j) {
+      if (!tiers[i].valid || !tiers[j].valid) continue;
+      const PairedPerplexityChange p = paired_perplexity_change(tiers[i], tiers[j]);
+      if (p.pairs > 0) f(tiers[i], tiers[j], p);
+    }
+}
+
+nlohmann::json scores_json(const std::vector<TextScore>& scores) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TextScore& t : scores) out.push_back({{"text", t.text}, {"read", t.read}, {"nll_change", t.nll_change}});
+  return out;
+}
+
+// A JSON number, or null for NaN (a figure that has no value).
+nlohmann::json number_or_null(double value) { return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(); }
+
 std::string scientific(double value) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2e", value);
@@ -239,6 +275,7 @@ int run_quality(const QualityFlags& f) {
                                {"perplexity_reference", q.perplexity_reference},
                                {"perplexity", q.perplexity},
                                {"perplexity_change", q.perplexity_change},
+                               {"perplexity_change_stderr", number_or_null(q.perplexity_change_stderr)},
                                {"kl_mean", q.kl_mean},
                                {"kl_max", q.kl_max},
                                {"top1_heldout", q.top1_heldout},
@@ -247,7 +284,18 @@ int run_quality(const QualityFlags& f) {
                                {"greedy_positions", q.greedy_positions},
                                {"k_relative_rms", q.k_relative_rms},
                                {"v_relative_rms", q.v_relative_rms},
-                               {"max_abs_error", q.max_abs_error}});
+                               {"max_abs_error", q.max_abs_error},
+                               {"scores", scores_json(q.scores)}});
+    out["paired"] = nlohmann::json::array();
+    for_each_pair(report->codecs, [&](const CodecQuality& a, const CodecQuality& b, const PairedPerplexityChange& p) {
+      out["paired"].push_back({{"a", a.name},
+                               {"b", b.name},
+                               {"pairs", p.pairs},
+                               {"perplexity_change_a", p.a},
+                               {"perplexity_change_b", p.b},
+                               {"difference", p.difference},
+                               {"difference_stderr", number_or_null(p.stderr_difference)}});
+    });
     std::cout << out.dump(2) << '\n';
   } else {
     std::cout << report->texts << " texts: prefix " << options.prefix_len << " tokens restored from L2, "
@@ -273,11 +321,20 @@ int run_quality(const QualityFlags& f) {
       }
       t.add_row({q.name, restored,
                  format_fixed(q.perplexity_reference, 4), format_fixed(q.perplexity, 4),
-                 (q.perplexity_change >= 0 ? "+" : "") + percent(q.perplexity_change, 3), scientific(q.kl_mean),
+                 signed_percent(q.perplexity_change, q.perplexity_change_stderr, 3), scientific(q.kl_mean),
                  scientific(q.kl_max), percent(q.top1_heldout, 2), percent(q.top1_greedy, 2),
                  scientific(q.k_relative_rms), scientific(q.v_relative_rms)});
     }
     t.print(std::cout);
+    std::cout << "ΔPPL ± its standard error over the texts scored\n";
+    bool header = false;
+    for_each_pair(report->codecs, [&](const CodecQuality& a, const CodecQuality& b, const PairedPerplexityChange& p) {
+      if (!header) std::cout << "\nΔPPL differences on the texts both scored (a − b, ± standard error of the difference):\n";
+      header = true;
+      std::cout << "  " << a.name << " − " << b.name << ": " << signed_points(p.difference, p.stderr_difference, 3)
+                << " over " << p.pairs << " texts (" << signed_percent(p.a, NAN, 3) << " against "
+                << signed_percent(p.b, NAN, 3) << ")\n";
+    });
   }
   if (!all_valid) {
     std::cerr << "hiq quality: a codec restored nothing from L2; its figures are not a result\n";

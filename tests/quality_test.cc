@@ -186,7 +186,8 @@ TEST_F(QualityTest, WorkloadModeRestoresFromTheRungsThePolicyLeft) {
 }
 
 // The paired difference by hand: reads match on text and read; the
-// difference's error comes from the spread of the per-text differences.
+// difference's error comes from the spread of the per-text differences,
+// the reads of a text counted as one sample.
 TEST(PairedPerplexityChangeTest, PairsReadsOfTheSameTextAndTakesTheErrorOfTheirDifferences) {
   CodecQuality a, b;
   a.scores = {{0, 0, 0.01}, {1, 0, 0.03}, {2, 0, 0.02}, {3, 0, 0.5}, {0, 1, 0.9}};
@@ -199,9 +200,23 @@ TEST(PairedPerplexityChangeTest, PairsReadsOfTheSameTextAndTakesTheErrorOfTheirD
   // Differences 0.01, 0.02, 0.01: standard deviation 0.01/√3, over √3.
   EXPECT_NEAR(p.stderr_difference, std::exp(0.02) * 0.01 / 3, 1e-15);
 
+  // Two reads of one text restore the same prefix: one sample, not two.
+  // Differences 0.01 and 0.01 (text 0), 0.03 (text 1), mean 0.05/3: text 0
+  // sums 0.02 against its share 0.1/3, text 1 0.03 against 0.05/3; both
+  // 0.04/3 off, so √(2/1 · 2 · (0.04/3)²) / 3 = (0.08/3) / 3.
+  CodecQuality twice, zero;
+  twice.scores = {{0, 0, 0.01}, {0, 1, 0.01}, {1, 0, 0.03}};
+  zero.scores = {{0, 0, 0.0}, {0, 1, 0.0}, {1, 0, 0.0}};
+  const PairedPerplexityChange clustered = paired_perplexity_change(twice, zero);
+  EXPECT_EQ(clustered.pairs, 3u);
+  EXPECT_NEAR(clustered.stderr_difference, std::exp(0.05 / 3) * (0.08 / 3) / 3, 1e-15);
+
   b.scores = {{1, 0, 0.01}};
   EXPECT_EQ(paired_perplexity_change(a, b).pairs, 1u);
-  EXPECT_TRUE(std::isnan(paired_perplexity_change(a, b).stderr_difference));  // one pair has no spread
+  EXPECT_TRUE(std::isnan(paired_perplexity_change(a, b).stderr_difference));  // one text has no spread
+  b.scores = {{0, 0, 0.01}, {0, 1, 0.01}};
+  EXPECT_EQ(paired_perplexity_change(a, b).pairs, 2u);
+  EXPECT_TRUE(std::isnan(paired_perplexity_change(a, b).stderr_difference));  // nor two reads of it
   b.scores = {{7, 0, 0.01}};
   EXPECT_EQ(paired_perplexity_change(a, b).pairs, 0u);
   EXPECT_EQ(paired_perplexity_change(a, b).difference, 0.0);

@@ -56,18 +56,33 @@ void log_softmax(std::span<const float> logits, std::vector<double>& out) {
   for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_sum;
 }
 
-// The standard error of the mean of `value` over `items`: the sample
-// standard deviation over √n; NaN with fewer than two.
-template <typename T, typename F>
-double stderr_of_mean(const std::vector<T>& items, F value) {
-  const size_t n = items.size();
-  if (n < 2) return std::numeric_limits<double>::quiet_NaN();
+// The standard error of the mean of values, with texts as the samples:
+// the reads of one text restore the same prefix and are not independent of
+// each other, so they are one cluster. The cluster-robust estimate:
+// √(G/(G − 1) · Σ_t (S_t − n_t·m)²) / N over G texts, where text t has n_t
+// of the N values, summing to S_t, and m is the mean of all. With one value
+// a text it is the sample standard deviation over √N. NaN with fewer than
+// two texts.
+double stderr_over_texts(const std::vector<std::pair<size_t, double>>& text_values) {
+  std::map<size_t, std::pair<double, size_t>> texts;  // text → sum, count
   double mean = 0;
-  for (const T& item : items) mean += value(item);
-  mean /= static_cast<double>(n);
+  for (const auto& [text, value] : text_values) {
+    auto& [sum, count] = texts[text];
+    sum += value;
+    ++count;
+    mean += value;
+  }
+  const size_t clusters = texts.size();
+  if (clusters < 2) return std::numeric_limits<double>::quiet_NaN();
+  const auto n = static_cast<double>(text_values.size());
+  mean /= n;
   double squares = 0;
-  for (const T& item : items) squares += (value(item) - mean) * (value(item) - mean);
-  return std::sqrt(squares / static_cast<double>(n - 1) / static_cast<double>(n));
+  for (const auto& [_, sum_count] : texts) {
+    const double deviation = sum_count.first - static_cast<double>(sum_count.second) * mean;
+    squares += deviation * deviation;
+  }
+  const auto g = static_cast<double>(clusters);
+  return std::sqrt(g / (g - 1) * squares) / n;
 }
 
 // Sums over texts, turned into a CodecQuality at the end.
@@ -98,9 +113,9 @@ struct Accumulator {
       q.perplexity_reference = std::exp(nll_reference / static_cast<double>(heldout));
       q.perplexity = std::exp(nll / static_cast<double>(heldout));
       q.perplexity_change = q.perplexity / q.perplexity_reference - 1;
-      q.perplexity_change_stderr = (1 + q.perplexity_change) * stderr_of_mean(scores, [](const TextScore& t) {
-                                     return t.nll_change;
-                                   });
+      std::vector<std::pair<size_t, double>> changes;
+      for (const TextScore& t : scores) changes.emplace_back(t.text, t.nll_change);
+      q.perplexity_change_stderr = (1 + q.perplexity_change) * stderr_over_texts(changes);
       q.kl_mean = kl_sum / static_cast<double>(heldout);
       q.top1_heldout = static_cast<double>(agree_heldout) / static_cast<double>(heldout);
     }
@@ -437,11 +452,13 @@ PairedPerplexityChange paired_perplexity_change(const CodecQuality& a, const Cod
   std::map<std::pair<size_t, size_t>, double> b_scores;
   for (const TextScore& t : b.scores) b_scores.emplace(std::pair(t.text, t.read), t.nll_change);
   struct Pair {
+    size_t text;
     double a, b;
   };
   std::vector<Pair> pairs;
   for (const TextScore& t : a.scores)
-    if (auto it = b_scores.find({t.text, t.read}); it != b_scores.end()) pairs.push_back({t.nll_change, it->second});
+    if (auto it = b_scores.find({t.text, t.read}); it != b_scores.end())
+      pairs.push_back({t.text, t.nll_change, it->second});
   PairedPerplexityChange out;
   out.pairs = pairs.size();
   if (pairs.empty()) {
@@ -463,7 +480,9 @@ PairedPerplexityChange paired_perplexity_change(const CodecQuality& a, const Cod
   // First order, as each tier's own error: the difference moves with
   // mean_a − mean_b by exp(mean_a), so against an exact tier (all changes 0)
   // this is a's perplexity_change_stderr.
-  out.stderr_difference = std::exp(mean_a) * stderr_of_mean(pairs, [](const Pair& p) { return p.a - p.b; });
+  std::vector<std::pair<size_t, double>> differences;
+  for (const Pair& p : pairs) differences.emplace_back(p.text, p.a - p.b);
+  out.stderr_difference = std::exp(mean_a) * stderr_over_texts(differences);
   return out;
 }
 

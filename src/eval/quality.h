@@ -122,8 +122,8 @@ struct CodecQuality {
   double perplexity_reference = 0, perplexity = 0;  // over the held-out continuations
   double perplexity_change = 0;    // perplexity / perplexity_reference − 1
   // Its standard error over the scored texts (first order: (1 + change) ×
-  // the standard error of the mean of `scores`' nll_change); NaN with fewer
-  // than two texts.
+  // the standard error of the mean of `scores`' nll_change, the reads of
+  // one text counted as one sample); NaN with fewer than two texts.
   double perplexity_change_stderr = 0;
   std::vector<TextScore> scores;   // each scored read, in the order scored
   double kl_mean = 0, kl_max = 0;  // nats, over held-out positions
@@ -149,7 +149,7 @@ struct PairedPerplexityChange {
   size_t pairs = 0;
   double a = 0, b = 0;     // each tier's perplexity change over the pairs
   double difference = 0;   // a − b
-  double stderr_difference = 0;  // first order; NaN with fewer than two pairs
+  double stderr_difference = 0;  // first order, a text's reads one sample; NaN with fewer than two texts
 };
 PairedPerplexityChange paired_perplexity_change(const CodecQuality& a, const CodecQuality& b);
 

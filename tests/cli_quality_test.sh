@@ -35,12 +35,24 @@ for c in r["codecs"]:
 bf16, int8, int4h = r["codecs"]
 assert bf16["kl_max"] == 0 and bf16["top1_greedy"] == 1 and bf16["perplexity_change"] == 0, bf16
 assert 0 < int8["kl_mean"] < int4h["kl_mean"], r
-print("ok   hiq quality --json: 2 texts, every codec restored 128 tokens; bf16 exact, int8 closer than int4h")
+# Each text's score, a standard error over two texts, and every pair of tiers.
+for c in r["codecs"]:
+    assert [(s["text"], s["read"]) for s in c["scores"]] == [(0, 0), (1, 0)], c["scores"]
+    assert c["perplexity_change_stderr"] is not None and c["perplexity_change_stderr"] >= 0, c
+assert bf16["perplexity_change_stderr"] == 0 and all(s["nll_change"] == 0 for s in bf16["scores"]), bf16
+pairs = {(p["a"], p["b"]): p for p in r["paired"]}
+assert sorted(pairs) == [("bf16", "int4h"), ("bf16", "int8"), ("int8", "int4h")], pairs
+p = pairs[("int8", "int4h")]
+assert p["pairs"] == 2 and abs(p["difference"] - (int8["perplexity_change"] - int4h["perplexity_change"])) < 1e-12, p
+print("ok   hiq quality --json: 2 texts, every codec restored 128 tokens; bf16 exact, int8 closer than int4h; "
+      "per-text scores and paired differences")
 PY
 "$HIQ" quality --model "$MODEL" --random-texts 2 --prefix-len 32 --continuation-len 8 --greedy-len 4 >"$TMP/table" \
   || fail "hiq quality --random-texts"
 grep -q "^int4h " "$TMP/table" || fail "the table has no int4h row: $(cat "$TMP/table")"
-echo "ok   hiq quality --random-texts: a table with every codec"
+grep -qE "^  int8 − int4h: [+-][0-9.]+ points ± [0-9.]+ over 2 texts" "$TMP/table" \
+  || fail "the table has no paired difference of int8 and int4h: $(cat "$TMP/table")"
+echo "ok   hiq quality --random-texts: a table with every codec, and their paired differences"
 
 expect_error() {  # expect_error MESSAGE ARGS...: hiq quality fails, saying MESSAGE
   local message="$1"

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -155,18 +156,13 @@ Result<std::unique_ptr<Backend>> make_backend(const LoadedModel& m, const std::s
 
 std::string percent(double fraction, int digits) { return format_fixed(fraction * 100, digits) + " %"; }
 
-// A change in percent with its sign, and its standard error when there is one.
-std::string signed_percent(double fraction, double stderr_fraction, int digits) {
-  std::string out = (fraction >= 0 ? "+" : "") + percent(fraction, digits);
-  if (std::isfinite(stderr_fraction)) out += " ± " + format_fixed(stderr_fraction * 100, digits);
+// A change, signed, in percent (unit " %") or in percentage points (a
+// difference of two changes, " points"), with its standard error when it
+// has one: "+0.119 % ± 0.082".
+std::string signed_change(double fraction, double stderr_fraction, std::string_view unit) {
+  std::string out = (fraction >= 0 ? "+" : "") + format_fixed(fraction * 100, 3) + std::string(unit);
+  if (std::isfinite(stderr_fraction)) out += " ± " + format_fixed(stderr_fraction * 100, 3);
   return out;
-}
-
-// A difference of two percentages, in points, and its standard error.
-std::string signed_points(double fraction, double stderr_fraction, int digits) {
-  std::string out = (fraction >= 0 ? "+" : "") + format_fixed(fraction * 100, digits);
-  if (std::isfinite(stderr_fraction)) out += " ± " + format_fixed(stderr_fraction * 100, digits);
-  return out + " points";
 }
 
 // Calls `f` for each pair of valid tiers, in the order given, that scored
@@ -321,19 +317,20 @@ int run_quality(const QualityFlags& f) {
       }
       t.add_row({q.name, restored,
                  format_fixed(q.perplexity_reference, 4), format_fixed(q.perplexity, 4),
-                 signed_percent(q.perplexity_change, q.perplexity_change_stderr, 3), scientific(q.kl_mean),
+                 signed_change(q.perplexity_change, q.perplexity_change_stderr, " %"), scientific(q.kl_mean),
                  scientific(q.kl_max), percent(q.top1_heldout, 2), percent(q.top1_greedy, 2),
                  scientific(q.k_relative_rms), scientific(q.v_relative_rms)});
     }
     t.print(std::cout);
-    std::cout << "ΔPPL ± its standard error over the texts scored\n";
+    std::cout << "ΔPPL ± its standard error over the texts\n";
     bool header = false;
+    const char* scored = options.reads > 1 ? " reads" : " texts";
     for_each_pair(report->codecs, [&](const CodecQuality& a, const CodecQuality& b, const PairedPerplexityChange& p) {
-      if (!header) std::cout << "\nΔPPL differences on the texts both scored (a − b, ± standard error of the difference):\n";
+      if (!header) std::cout << "\nΔPPL differences where both scored (a − b ± its standard error):\n";
       header = true;
-      std::cout << "  " << a.name << " − " << b.name << ": " << signed_points(p.difference, p.stderr_difference, 3)
-                << " over " << p.pairs << " texts (" << signed_percent(p.a, NAN, 3) << " against "
-                << signed_percent(p.b, NAN, 3) << ")\n";
+      std::cout << "  " << a.name << " − " << b.name << ": " << signed_change(p.difference, p.stderr_difference, " points")
+                << " over " << p.pairs << scored << " (" << signed_change(p.a, NAN, " %") << " against "
+                << signed_change(p.b, NAN, " %") << ")\n";
     });
   }
   if (!all_valid) {

@@ -56,25 +56,25 @@ void log_softmax(std::span<const float> logits, std::vector<double>& out) {
   for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_sum;
 }
 
-// The standard error of the mean of values, with texts as the samples:
-// the reads of one text restore the same prefix and are not independent of
-// each other, so they are one cluster. The cluster-robust estimate:
-// √(G/(G − 1) · Σ_t (S_t − n_t·m)²) / N over G texts, where text t has n_t
-// of the N values, summing to S_t, and m is the mean of all. With one value
-// a text it is the sample standard deviation over √N. NaN with fewer than
-// two texts.
-double stderr_over_texts(const std::vector<std::pair<size_t, double>>& text_values) {
+// The standard error of the mean of the scores' nll_change, with texts as
+// the samples: the reads of one text restore the same prefix and are not
+// independent of each other, so they are one cluster. The cluster-robust
+// estimate: √(G/(G − 1) · Σ_t (S_t − n_t·m)²) / N over G texts, where text t
+// has n_t of the N values, summing to S_t, and m is the mean of all. With
+// one value a text it is the sample standard deviation over √N. NaN with
+// fewer than two texts.
+double stderr_over_texts(std::span<const TextScore> scores) {
   std::map<size_t, std::pair<double, size_t>> texts;  // text → sum, count
   double mean = 0;
-  for (const auto& [text, value] : text_values) {
-    auto& [sum, count] = texts[text];
-    sum += value;
+  for (const TextScore& score : scores) {
+    auto& [sum, count] = texts[score.text];
+    sum += score.nll_change;
     ++count;
-    mean += value;
+    mean += score.nll_change;
   }
   const size_t clusters = texts.size();
   if (clusters < 2) return std::numeric_limits<double>::quiet_NaN();
-  const auto n = static_cast<double>(text_values.size());
+  const auto n = static_cast<double>(scores.size());
   mean /= n;
   double squares = 0;
   for (const auto& [_, sum_count] : texts) {
@@ -113,9 +113,7 @@ struct Accumulator {
       q.perplexity_reference = std::exp(nll_reference / static_cast<double>(heldout));
       q.perplexity = std::exp(nll / static_cast<double>(heldout));
       q.perplexity_change = q.perplexity / q.perplexity_reference - 1;
-      std::vector<std::pair<size_t, double>> changes;
-      for (const TextScore& t : scores) changes.emplace_back(t.text, t.nll_change);
-      q.perplexity_change_stderr = (1 + q.perplexity_change) * stderr_over_texts(changes);
+      q.perplexity_change_stderr = (1 + q.perplexity_change) * stderr_over_texts(scores);
       q.kl_mean = kl_sum / static_cast<double>(heldout);
       q.top1_heldout = static_cast<double>(agree_heldout) / static_cast<double>(heldout);
     }
@@ -451,37 +449,31 @@ size_t quality_l1_slots(const QualityOptions& options) {
 PairedPerplexityChange paired_perplexity_change(const CodecQuality& a, const CodecQuality& b) {
   std::map<std::pair<size_t, size_t>, double> b_scores;
   for (const TextScore& t : b.scores) b_scores.emplace(std::pair(t.text, t.read), t.nll_change);
-  struct Pair {
-    size_t text;
-    double a, b;
-  };
-  std::vector<Pair> pairs;
+  // Each read both scored, its nll_change the difference a − b.
+  std::vector<TextScore> differences;
+  double mean_a = 0, mean_b = 0;
   for (const TextScore& t : a.scores)
-    if (auto it = b_scores.find({t.text, t.read}); it != b_scores.end())
-      pairs.push_back({t.text, t.nll_change, it->second});
+    if (auto it = b_scores.find({t.text, t.read}); it != b_scores.end()) {
+      differences.push_back({t.text, t.read, t.nll_change - it->second});
+      mean_a += t.nll_change;
+      mean_b += it->second;
+    }
   PairedPerplexityChange out;
-  out.pairs = pairs.size();
-  if (pairs.empty()) {
+  out.pairs = differences.size();
+  if (differences.empty()) {
     out.stderr_difference = std::numeric_limits<double>::quiet_NaN();
     return out;
   }
   // Every read scores the same number of tokens, so the mean of the texts'
   // per-token changes is the per-token change of them all.
-  double mean_a = 0, mean_b = 0;
-  for (const Pair& p : pairs) {
-    mean_a += p.a;
-    mean_b += p.b;
-  }
-  mean_a /= static_cast<double>(pairs.size());
-  mean_b /= static_cast<double>(pairs.size());
+  mean_a /= static_cast<double>(differences.size());
+  mean_b /= static_cast<double>(differences.size());
   out.a = std::exp(mean_a) - 1;
   out.b = std::exp(mean_b) - 1;
   out.difference = out.a - out.b;
   // First order, as each tier's own error: the difference moves with
   // mean_a − mean_b by exp(mean_a), so against an exact tier (all changes 0)
   // this is a's perplexity_change_stderr.
-  std::vector<std::pair<size_t, double>> differences;
-  for (const Pair& p : pairs) differences.emplace_back(p.text, p.a - p.b);
   out.stderr_difference = std::exp(mean_a) * stderr_over_texts(differences);
   return out;
 }

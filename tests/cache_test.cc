@@ -53,7 +53,8 @@ void expected_row(uint64_t hash, int layer, KvPart part, std::span<uint16_t> row
 struct Harness {
   explicit Harness(KvCodecs codec, int page_size, size_t l1_slots, size_t l2_slots, RadixCacheOptions options,
                    int workers = 2, RecordOrder order = RecordOrder::kLayerMajor, std::vector<CodecKind> demotion = {},
-                   uint64_t l2_bytes = 0)  // non-zero: L2's budget in bytes, not l2_slots
+                   uint64_t l2_bytes = 0,  // non-zero: L2's budget in bytes, not l2_slots
+                   size_t record_align = kDefaultRecordAlign)
       : geometry(tiny_geometry(page_size)) {
     l1 = *make_host_memory_device_pool(geometry, l1_slots);
     HostKvPoolOptions ho;
@@ -62,6 +63,7 @@ struct Harness {
     ho.demotion = std::move(demotion);
     ho.ratio = static_cast<double>(l2_slots) / static_cast<double>(l1_slots);
     ho.size_bytes = l2_bytes;
+    ho.record_align = record_align;
     l2 = *HostKvPool::create(geometry, ho, l1_slots);
     TransferEngineOptions eo;
     eo.workers = workers;
@@ -406,6 +408,52 @@ TEST(RadixCacheLadder, AWorkingSetBeyondRungZeroIsServedAsTheLastRungAlone) {
   EXPECT_EQ(tiered.restored[0] + tiered.restored[1], int4h.restored[0]);
   EXPECT_EQ(tiered.band, 0u);
   EXPECT_GT(tiered.stats.backup_rung_tokens[1], 4 * tiered.stats.demoted_tokens[1]);
+  EXPECT_EQ(int8.stats.fragmented_allocations + int4h.stats.fragmented_allocations, 0u) << "one codec never fragments";
+}
+
+// A ladder's pool counts in granules, and its rungs' tokens take different
+// numbers of them: a token demoted in place frees a tail that, alone, may
+// hold no token of the last rung. An allocation that the free granules would
+// cover but their runs cannot is counted, and drops what joins them.
+TEST(RadixCacheLadder, AnAllocationInFragmentedRoomIsCountedWithWhatItDropped) {
+  RadixCacheOptions o;
+  o.demotion_threads = 0;     // inline
+  o.demotion_watermark = 0;   // only allocations demote
+  const KvGeometry g = tiny_geometry(1);
+  // Unpadded records: an int8 token then takes more granules than twice an int4h one.
+  const size_t align = 1;
+  const uint64_t int8_token = 2 * g.num_layers * RecordLayout::compute(CodecKind::kInt8, {1, 16}, align).record_bytes;
+  const size_t tokens = 8;  // one-token prompts that fill the tier at int8
+  Harness h(CodecKind::kInt8, 1, /*l1_slots=*/64, 0, o, 2, RecordOrder::kTokenMajor, {CodecKind::kInt4H},
+            tokens * int8_token, align);
+  const uint64_t s8 = h.l2->bytes_per_token(0) / h.l2->granule_bytes();
+  const uint64_t s4 = h.l2->bytes_per_token(1) / h.l2->granule_bytes();
+  ASSERT_LT(s8 - s4, s4) << "the case needs a demoted token's tail too short for an int4h token";
+  ASSERT_GE(tokens * (s8 - s4), s4) << "and the tails together long enough for one";
+  const auto prompt = [](size_t i) { return std::vector<TokenId>{static_cast<TokenId>(100 + i)}; };
+  for (size_t i = 0; i < tokens; ++i) {
+    ASSERT_TRUE(serve(h, prompt(i), false));
+    h.cache->drain_transfers();
+    h.cache->evict_l1(h.cache->l1_tokens());
+  }
+  ASSERT_EQ(h.cache->stats().backup_rung_tokens[0], tokens);
+  ASSERT_EQ(h.l2->free_tokens(1), 0u) << "the tier is full";
+  EXPECT_EQ(h.cache->stats().fragmented_allocations, 0u);
+
+  // One more: no room at either rung. Demoting the others frees a tail
+  // after each, none long enough; then the least recently used is dropped,
+  // which joins its tail to the one before it.
+  ASSERT_TRUE(serve(h, prompt(tokens), false));
+  h.cache->drain_transfers();
+  const RadixCacheStats s = h.cache->stats();
+  EXPECT_EQ(s.fragmented_allocations, 1u);
+  EXPECT_EQ(s.l2_evicted_tokens, 1u);
+  EXPECT_EQ(s.fragmentation_dropped_tokens, 1u);
+  EXPECT_GT(s.demoted_tokens[1], 0u);
+  h.cache->evict_l1(h.cache->l1_tokens());
+  EXPECT_EQ(h.cache->cached_prefix(prompt(tokens)).host, 1u) << "its backup landed";
+  EXPECT_EQ(h.cache->cached_prefix(prompt(0)).host, 0u) << "the least recently used went";
+  EXPECT_TRUE(h.cache->check_invariants().is_ok());
 }
 
 // The cache runs on the scheduler's thread, where waiting for a demotion

@@ -481,9 +481,18 @@ uint64_t RadixCache::band_from(uint64_t reserve) const {
 
 Result<std::vector<SlotId>> RadixCache::allocate_l2(size_t tokens, int rung, bool may_wait) {
   HIQ_CHECK(l2_ != nullptr);
+  bool fragmented = false;
+  const uint64_t dropped_before = stats_.l2_evicted_tokens;
   while (true) {
     auto slots = l2_->allocate(tokens, rung);
-    if (slots || !make_l2_room(tokens, rung, may_wait)) return slots;
+    if (!slots) fragmented |= tokens <= l2_->free_tokens(rung);
+    if (slots || !make_l2_room(tokens, rung, may_wait)) {
+      if (fragmented) {
+        ++stats_.fragmented_allocations;
+        stats_.fragmentation_dropped_tokens += stats_.l2_evicted_tokens - dropped_before;
+      }
+      return slots;
+    }
   }
 }
 

@@ -176,6 +176,11 @@ struct RadixCacheStats {
   // Demotions taken back before a worker started them, because their node
   // was to be restored or dropped (it stays at its rung).
   uint64_t demotions_taken_back = 0;
+  // L2 allocations that found the free granules enough for their tokens but
+  // in runs too short for one, and the tokens those allocations dropped. Only
+  // a ladder's pool fragments: its rungs' tokens take different numbers of
+  // granules; a pool of one codec gives each token one.
+  uint64_t fragmented_allocations = 0, fragmentation_dropped_tokens = 0;
 };
 
 class RadixCache;

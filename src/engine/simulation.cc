@@ -168,6 +168,8 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
       report.demoted_rung_tokens.push_back(cs.demoted_tokens[rung]);
     }
     report.demotion_waits = cs.demotion_waits;
+    report.fragmented_allocations = cs.fragmented_allocations;
+    report.fragmentation_dropped_tokens = cs.fragmentation_dropped_tokens;
     if (gpu_demoter) {
       report.gpu_demotion_jobs = gpu_demoter->stats().gpu_jobs;
       report.gpu_demotion_failed_jobs = gpu_demoter->stats().host_jobs;

@@ -69,6 +69,9 @@ struct SimulationReport {
   // demoted to it (rung 0's: none); allocations that waited for demotion.
   std::vector<uint64_t> restored_rung_tokens, backup_rung_tokens, demoted_rung_tokens;
   uint64_t demotion_waits = 0;
+  // Allocations that found the free granules enough but their runs too short,
+  // and the tokens they dropped (RadixCacheStats).
+  uint64_t fragmented_allocations = 0, fragmentation_dropped_tokens = 0;
   // The CUDA backend demotes on the GPU: jobs done there, and jobs whose GPU
   // part failed and that ran on the host instead.
   uint64_t gpu_demotion_jobs = 0, gpu_demotion_failed_jobs = 0;

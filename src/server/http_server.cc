@@ -86,6 +86,7 @@ struct HttpServer::Impl {
   Family<Counter>* host_codec_tokens = nullptr;
   Family<Counter>* demotion_waits = nullptr;
   Family<Counter>* demotions_taken_back = nullptr;
+  Family<Counter>* fragmented_allocations = nullptr;
   Family<Counter>* transfer_bytes = nullptr;
   Family<Counter>* transfer_seconds = nullptr;
   Family<Counter>* storage_blocks = nullptr;
@@ -143,6 +144,10 @@ struct HttpServer::Impl {
     demotions_taken_back = *registry.counter(
         "hiq:demotions_taken_back_total",
         "A tiered L2: demotions taken back before they started, because their node was restored or dropped");
+    fragmented_allocations = *registry.counter(
+        "hiq:l2_fragmented_allocations_total",
+        "A tiered L2: allocations that dropped nodes although the free bytes would have held them, in runs too "
+        "short for a token");
     transfer_bytes = *registry.counter("hiq:transfer_bytes_total",
                                        "Encoded bytes moved between L1 and L2, by direction (load_back, backup)",
                                        {"direction"});
@@ -229,6 +234,7 @@ struct HttpServer::Impl {
       }
       sync(demotion_waits->get(), static_cast<double>(s.cache.demotion_waits));
       sync(demotions_taken_back->get(), static_cast<double>(s.cache.demotions_taken_back));
+      sync(fragmented_allocations->get(), static_cast<double>(s.cache.fragmented_allocations));
     }
     sync(transfer_bytes->with({"load_back"}), static_cast<double>(s.transfer.load_bytes));
     sync(transfer_bytes->with({"backup"}), static_cast<double>(s.transfer.backup_bytes));

@@ -147,6 +147,8 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
     out["server"]["rungs"] = rungs;
     out["server"]["demotion_waits"] = s.cache.demotion_waits;
     out["server"]["demotions_taken_back"] = s.cache.demotions_taken_back;
+    out["server"]["fragmented_allocations"] = s.cache.fragmented_allocations;
+    out["server"]["fragmentation_dropped_tokens"] = s.cache.fragmentation_dropped_tokens;
     const ServingStack::DemotionReport d = stack->demotion_report();
     out["server"]["demotion"] = {{"device", d.device},
                                  {"jobs", d.stats.jobs},

@@ -109,6 +109,8 @@ int run_sim(const SimFlags& f) {
         {"backup_rung_tokens", r.backup_rung_tokens},
         {"demoted_rung_tokens", r.demoted_rung_tokens},
         {"demotion_waits", r.demotion_waits},
+        {"fragmented_allocations", r.fragmented_allocations},
+        {"fragmentation_dropped_tokens", r.fragmentation_dropped_tokens},
         {"restore_failures", r.restore_failures},
         {"backup_failures", r.backup_failures},
         {"verified_tokens", r.verified_tokens},
@@ -149,6 +151,8 @@ int run_sim(const SimFlags& f) {
     t.add_row({"restored per rung", restored});
     t.add_row({"backed up per rung", backed_up});
     t.add_row({"demoted to rung 1…", demoted + " (" + format_count(r.demotion_waits) + " waits)"});
+    t.add_row({"fragmented allocations", format_count(r.fragmented_allocations) + " (" +
+                                             format_count(r.fragmentation_dropped_tokens) + " tokens dropped)"});
   }
   t.add_row({"evicted L1 / L2 tokens", format_count(r.l1_evicted_tokens) + " / " + format_count(r.l2_evicted_tokens)});
   t.add_row({"cached tokens checked", format_count(r.verified_tokens)});

@@ -417,8 +417,8 @@ TEST(RadixCacheLadder, AWorkingSetBeyondRungZeroIsServedAsTheLastRungAlone) {
 // cover but their runs cannot is counted, and drops what joins them.
 TEST(RadixCacheLadder, AnAllocationInFragmentedRoomIsCountedWithWhatItDropped) {
   RadixCacheOptions o;
-  o.demotion_threads = 0;     // inline
-  o.demotion_watermark = 0;   // only allocations demote
+  o.demotion_threads = 0;    // inline
+  o.demotion_watermark = 0;  // only allocations demote
   const KvGeometry g = tiny_geometry(1);
   // Unpadded records: an int8 token then takes more granules than twice an int4h one.
   const size_t align = 1;

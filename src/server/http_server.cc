@@ -146,8 +146,8 @@ struct HttpServer::Impl {
         "A tiered L2: demotions taken back before they started, because their node was restored or dropped");
     fragmented_allocations = *registry.counter(
         "hiq:l2_fragmented_allocations_total",
-        "A tiered L2: allocations that dropped nodes although the free bytes would have held them, in runs too "
-        "short for a token");
+        "A tiered L2: allocations whose tokens the free bytes would have held but whose runs were too short "
+        "for one (room was then made by demoting or dropping)");
     transfer_bytes = *registry.counter("hiq:transfer_bytes_total",
                                        "Encoded bytes moved between L1 and L2, by direction (load_back, backup)",
                                        {"direction"});

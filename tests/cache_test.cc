@@ -411,25 +411,26 @@ TEST(RadixCacheLadder, AWorkingSetBeyondRungZeroIsServedAsTheLastRungAlone) {
   EXPECT_EQ(int8.stats.fragmented_allocations + int4h.stats.fragmented_allocations, 0u) << "one codec never fragments";
 }
 
-// A ladder's pool counts in granules, and its rungs' tokens take different
-// numbers of them: a token demoted in place frees a tail that, alone, may
-// hold no token of the last rung. An allocation that the free granules would
-// cover but their runs cannot is counted, and drops what joins them.
-TEST(RadixCacheLadder, AnAllocationInFragmentedRoomIsCountedWithWhatItDropped) {
+// A ladder's granule is a last-rung token, and an upper rung's token takes
+// whole granules: a token demoted in place frees whole last-rung tokens, so
+// the last rung finds room wherever the free granules are. (When the
+// granule was the rungs' greatest common divisor, unpadded records made
+// this very case drop a prompt: each demoted token freed a tail too short
+// for an int4h token.)
+TEST(RadixCacheLadder, DemotedTailsAreRoomForTheLastRungAndNothingIsDropped) {
   RadixCacheOptions o;
   o.demotion_threads = 0;    // inline
   o.demotion_watermark = 0;  // only allocations demote
   const KvGeometry g = tiny_geometry(1);
-  // Unpadded records: an int8 token then takes more granules than twice an int4h one.
-  const size_t align = 1;
+  const size_t align = 1;  // unpadded records: an int8 token is less than two int4h ones
   const uint64_t int8_token = 2 * g.num_layers * RecordLayout::compute(CodecKind::kInt8, {1, 16}, align).record_bytes;
+  const uint64_t int4h_token = 2 * g.num_layers * RecordLayout::compute(CodecKind::kInt4H, {1, 16}, align).record_bytes;
+  ASSERT_LT(int8_token, 2 * int4h_token);
   const size_t tokens = 8;  // one-token prompts that fill the tier at int8
   Harness h(CodecKind::kInt8, 1, /*l1_slots=*/64, 0, o, 2, RecordOrder::kTokenMajor, {CodecKind::kInt4H},
-            tokens * int8_token, align);
-  const uint64_t s8 = h.l2->bytes_per_token(0) / h.l2->granule_bytes();
-  const uint64_t s4 = h.l2->bytes_per_token(1) / h.l2->granule_bytes();
-  ASSERT_LT(s8 - s4, s4) << "the case needs a demoted token's tail too short for an int4h token";
-  ASSERT_GE(tokens * (s8 - s4), s4) << "and the tails together long enough for one";
+            tokens * 2 * int4h_token, align);
+  ASSERT_EQ(h.l2->span(0), 2u);
+  ASSERT_EQ(h.l2->span(1), 1u);
   const auto prompt = [](size_t i) { return std::vector<TokenId>{static_cast<TokenId>(100 + i)}; };
   for (size_t i = 0; i < tokens; ++i) {
     ASSERT_TRUE(serve(h, prompt(i), false));
@@ -438,22 +439,44 @@ TEST(RadixCacheLadder, AnAllocationInFragmentedRoomIsCountedWithWhatItDropped) {
   }
   ASSERT_EQ(h.cache->stats().backup_rung_tokens[0], tokens);
   ASSERT_EQ(h.l2->free_tokens(1), 0u) << "the tier is full";
-  EXPECT_EQ(h.cache->stats().fragmented_allocations, 0u);
 
-  // One more: no room at either rung. Demoting the others frees a tail
-  // after each, none long enough; then the least recently used is dropped,
-  // which joins its tail to the one before it.
-  ASSERT_TRUE(serve(h, prompt(tokens), false));
-  h.cache->drain_transfers();
+  // As many again: each finds the room that demoting the others frees.
+  for (size_t i = tokens; i < 2 * tokens; ++i) {
+    ASSERT_TRUE(serve(h, prompt(i), false));
+    h.cache->drain_transfers();
+    h.cache->evict_l1(h.cache->l1_tokens());
+  }
+  const RadixCacheStats s = h.cache->stats();
+  EXPECT_EQ(s.fragmented_allocations, 0u);
+  EXPECT_EQ(s.l2_evicted_tokens, 0u);
+  EXPECT_EQ(s.demoted_tokens[1], tokens);
+  for (size_t i = 0; i < 2 * tokens; ++i) EXPECT_EQ(h.cache->cached_prefix(prompt(i)).host, 1u) << "prompt " << i;
+  EXPECT_EQ(h.l2->free_tokens(1), 0u);
+  EXPECT_TRUE(h.cache->check_invariants().is_ok());
+}
+
+// An upper rung's token takes several granules, so its allocations can
+// still meet free granules enough in runs too short. Such an allocation is
+// counted, with what it dropped: here nothing, as nothing can go.
+TEST(RadixCacheLadder, AnAllocationInFragmentedRoomIsCounted) {
+  RadixCacheOptions o;
+  o.demotion_threads = 0;
+  Harness h(CodecKind::kInt8, 1, /*l1_slots=*/64, /*l2_slots=*/16, o, 2, RecordOrder::kTokenMajor, {CodecKind::kInt4H});
+  ASSERT_EQ(h.l2->span(0), 2u);
+  const size_t granules = h.l2->num_slots();
+  auto all = h.cache->allocate_l2(granules, 1);
+  ASSERT_TRUE(all.is_ok()) << all.status().to_string();
+  std::vector<SlotId> every_other;
+  for (size_t i = 0; i < all->size(); i += 2) every_other.push_back((*all)[i]);
+  ASSERT_TRUE(h.l2->free(every_other).is_ok());
+  ASSERT_EQ(h.l2->free_tokens(0), granules / 4);
+
+  EXPECT_EQ(h.cache->allocate_l2(1, 0).status().code(), StatusCode::kResourceExhausted);
   const RadixCacheStats s = h.cache->stats();
   EXPECT_EQ(s.fragmented_allocations, 1u);
-  EXPECT_EQ(s.l2_evicted_tokens, 1u);
-  EXPECT_EQ(s.fragmentation_dropped_tokens, 1u);
-  EXPECT_GT(s.demoted_tokens[1], 0u);
-  h.cache->evict_l1(h.cache->l1_tokens());
-  EXPECT_EQ(h.cache->cached_prefix(prompt(tokens)).host, 1u) << "its backup landed";
-  EXPECT_EQ(h.cache->cached_prefix(prompt(0)).host, 0u) << "the least recently used went";
-  EXPECT_TRUE(h.cache->check_invariants().is_ok());
+  EXPECT_EQ(s.fragmentation_dropped_tokens, 0u);
+  EXPECT_TRUE(h.cache->allocate_l2(every_other.size(), 1).is_ok()) << "the last rung takes every free granule";
+  EXPECT_EQ(h.cache->stats().fragmented_allocations, 1u);
 }
 
 // The cache runs on the scheduler's thread, where waiting for a demotion

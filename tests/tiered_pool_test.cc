@@ -42,12 +42,13 @@ TEST(HostCodecFlag, LaddersDescendInBitsAndRoundTrip) {
   }
 }
 
-// Qwen3-8B: int8 74,880 B/token, int4h 41,472: a granule of 1,152 B, 65 and
-// 36 of them a token. Capacity counts rung-0 tokens.
-TEST(TieredPool, GranulesDivideEveryRungAndCapacityCountsTheTopRung) {
+// Qwen3-8B: int8 74,880 B/token, int4h 41,472. The granule is an int4h
+// token; an int8 token takes two, 8,064 B of them padding. Capacity counts
+// rung-0 tokens in the padded size.
+TEST(TieredPool, GranulesAreLastRungTokensAndCapacityCountsTheTopRung) {
   HostKvPoolOptions o;
   ASSERT_TRUE(parse_host_codec("tiered:int8,int4h", o).is_ok());
-  o.size_bytes = 100 * 74'880;
+  o.size_bytes = 100 * 82'944 + 41'471;  // 100 padded int8 tokens and not quite one int4h token more
   o.populate = false;
   auto pool = HostKvPool::create(*resolve_model_geometry("qwen3-8b", {}), o, 1000);
   ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
@@ -55,24 +56,81 @@ TEST(TieredPool, GranulesDivideEveryRungAndCapacityCountsTheTopRung) {
   EXPECT_TRUE(p.tiered());
   EXPECT_EQ(p.rungs(), 2);
   EXPECT_EQ(p.record_order(), RecordOrder::kTokenMajor);
-  EXPECT_EQ(p.granule_bytes(), 1152u);
+  EXPECT_EQ(p.granule_bytes(), 41'472u);
   EXPECT_EQ(p.bytes_per_token(0), 74'880u);
   EXPECT_EQ(p.bytes_per_token(1), 41'472u);
+  EXPECT_EQ(p.token_stride(0), 82'944u);
+  EXPECT_EQ(p.token_stride(1), 41'472u);
+  EXPECT_EQ(p.span(0), 2u);
+  EXPECT_EQ(p.span(1), 1u);
   EXPECT_EQ(p.capacity_tokens(), 100u);
-  EXPECT_EQ(p.num_slots(), 100u * 65);
-  EXPECT_EQ(p.record_stride(KvPart::kK), 1152u);
+  EXPECT_EQ(p.num_slots(), 200u);
+  EXPECT_EQ(p.reserved_bytes(), 100u * 82'944);
+  EXPECT_EQ(p.record_stride(KvPart::kK), 41'472u);
   EXPECT_EQ(p.codec_spec(), "tiered:int8,int4h");
-  // Full of int8, then every token demoted: room for 100 × 65 / 36 int4h tokens.
+  // Full of int8, then every token demoted: room for exactly as many int4h
+  // tokens as an int4h pool of the same bytes holds.
   auto top = p.allocate(100, 0);
   ASSERT_TRUE(top.is_ok());
   EXPECT_EQ(p.free_tokens(0), 0u);
   ASSERT_TRUE(p.shrink(*top, 1).is_ok());
   EXPECT_EQ(p.used_tokens(1), 100u);
-  EXPECT_EQ(p.free_bytes(), 100u * (74'880 - 41'472));
+  EXPECT_EQ(p.free_bytes(), 100u * 41'472);
   auto more = p.allocate(p.free_tokens(1), 1);
   ASSERT_TRUE(more.is_ok()) << more.status().to_string();
-  EXPECT_EQ(100 + more->size(), 100u * 65 / 36);
+  EXPECT_EQ(100 + more->size(), 200u);
   EXPECT_TRUE(p.check_slots().is_ok());
+
+  HostKvPoolOptions single;
+  ASSERT_TRUE(parse_host_codec("int4h", single).is_ok());
+  single.size_bytes = o.size_bytes;
+  single.populate = false;
+  auto int4h = HostKvPool::create(*resolve_model_geometry("qwen3-8b", {}), single, 1000);
+  ASSERT_TRUE(int4h.is_ok());
+  EXPECT_EQ((*int4h)->capacity_tokens(), 200u) << "the ladder's last rung holds what int4h alone does";
+}
+
+// A ladder's last rung never meets fragmentation: whatever tokens of every
+// rung came and went, in whatever order, an allocation at the last rung
+// fails only when the free granules are fewer than its tokens.
+TEST(TieredPool, TheLastRungNeverFindsRunsTooShort) {
+  for (const char* spec : {"tiered:int8,int4h", "tiered:bf16,int8,int4h", "tiered:fp8,int4"}) {
+    HostKvPoolOptions o;
+    ASSERT_TRUE(parse_host_codec(spec, o).is_ok());
+    o.capacity_tokens = 256;
+    o.populate = false;
+    auto pool = HostKvPool::create(*resolve_model_geometry("qwen3-8b", {}), o, 256);
+    ASSERT_TRUE(pool.is_ok()) << spec << ": " << pool.status().to_string();
+    HostKvPool& p = **pool;
+    const int last = p.rungs() - 1;
+    std::mt19937 rng(7);
+    std::vector<std::vector<SlotId>> held;
+    for (int step = 0; step < 4000; ++step) {
+      const auto n = std::uniform_int_distribution<size_t>(1, 24)(rng);
+      const int rung = std::uniform_int_distribution<int>(0, last)(rng);
+      const int action = std::uniform_int_distribution<int>(0, 3)(rng);
+      if (action == 0 && !held.empty()) {  // free a node
+        const size_t i = std::uniform_int_distribution<size_t>(0, held.size() - 1)(rng);
+        ASSERT_TRUE(p.free(held[i]).is_ok());
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+      } else if (action == 1 && !held.empty()) {  // demote a node one rung
+        const size_t i = std::uniform_int_distribution<size_t>(0, held.size() - 1)(rng);
+        const int from = p.rung_of(held[i].front());
+        if (from == last) continue;
+        const std::vector<SlotId> to = p.demoted_slots(held[i], from, from + 1);
+        ASSERT_TRUE(p.shrink(held[i], from + 1).is_ok());
+        held[i] = to;
+      } else {
+        const size_t room = p.free_tokens(last);
+        auto slots = p.allocate(n, rung);
+        if (rung == last) {
+          ASSERT_EQ(slots.is_ok(), n <= room) << spec << " step " << step;
+        }
+        if (slots.is_ok()) held.push_back(std::move(*slots));
+      }
+    }
+    EXPECT_TRUE(p.check_slots().is_ok()) << spec;
+  }
 }
 
 // The allocator against a model: every allocated token's granules, rung and
@@ -299,8 +357,7 @@ TEST(Demotion, RunsAreMaximalBlocksOfOldAndNewRecords) {
   EXPECT_EQ(runs[0].count, 6u);
   EXPECT_EQ(runs[1].begin, 6u);
   EXPECT_EQ(runs[1].count, 5u);
-  const size_t from_span = l2->bytes_per_token(0) / l2->granule_bytes();
-  const size_t to_span = l2->bytes_per_token(1) / l2->granule_bytes();
+  const size_t from_span = l2->span(0), to_span = l2->span(1);
   for (const DemotionRun& r : runs) {
     EXPECT_LE(job.to[r.begin], job.from[r.begin]) << "a run's new records start at or before its old ones";
     for (size_t i = r.begin + 1; i < r.begin + r.count; ++i) {
@@ -440,7 +497,7 @@ TEST(Demotion, ChunkByChunkInPlaceWritesGiveTheWholeJobsResult) {
         std::byte* base = pool->plane(0, KvPart::kK);
         const KvGeometry& g = pool->geometry();
         for (const DemotionJob& job : jobs) {
-          const size_t from_bytes = pool->bytes_per_token(0), to_bytes = pool->bytes_per_token(1);
+          const size_t from_bytes = pool->token_stride(0), to_bytes = pool->token_stride(1);  // a run's tokens apart
           const size_t granule = pool->granule_bytes();
           const std::vector<DemotionChunk> chunks = demotion_chunks(demotion_runs(*pool, job), job.from.size(), chunk);
           size_t done = 0;
@@ -462,8 +519,9 @@ TEST(Demotion, ChunkByChunkInPlaceWritesGiveTheWholeJobsResult) {
                                pool->layout(part, 1), fresh.data() + (pool->plane(layer, part, 1) - base), to_bytes,
                                c.end - c.begin);
             for (const DemotionPiece& p : c.pieces)
-              std::memcpy(base + size_t{job.to[p.begin]} * granule, fresh.data() + (p.begin - c.begin) * to_bytes,
-                          (p.end - p.begin) * to_bytes);
+              for (size_t i = p.begin; i < p.end; ++i)  // records only, as the GPU demoter writes them
+                std::memcpy(base + size_t{job.to[i]} * granule, fresh.data() + (i - c.begin) * to_bytes,
+                            pool->bytes_per_token(1));
             done = c.end;
           }
           const auto rest = static_cast<std::ptrdiff_t>(done);

@@ -427,7 +427,7 @@ Result<std::vector<SlotId>> RadixCache::allocate_l1(size_t tokens) {
 
 int RadixCache::backup_rung(size_t tokens) const {
   if (!demoter_) return 0;
-  const uint64_t bytes = uint64_t{tokens} * l2_->bytes_per_token(0);
+  const uint64_t bytes = uint64_t{tokens} * l2_->token_stride(0);
   const std::optional<uint64_t> band = rung0_band_bytes();
   const bool rung0 = band ? *band >= bytes : l2_->free_bytes() >= bytes;
   return rung0 ? 0 : l2_->rungs() - 1;
@@ -436,7 +436,7 @@ int RadixCache::backup_rung(size_t tokens) const {
 void RadixCache::record_reuse(uint64_t since) {
   uint64_t distance = 0;
   for_each_below(static_cast<const RadixNode*>(root_.get()), [&](const RadixNode* n) {
-    if (!n->l2.empty() && n->last_access >= since) distance += n->size() * l2_->bytes_per_token(0);
+    if (!n->l2.empty() && n->last_access >= since) distance += n->size() * l2_->token_stride(0);
   });
   reuse_distances_.push_back(distance);
   while (reuse_distances_.size() > std::max<size_t>(options_.reuse_window, 1)) reuse_distances_.pop_front();
@@ -445,8 +445,8 @@ void RadixCache::record_reuse(uint64_t since) {
 std::optional<uint64_t> RadixCache::rung0_band_bytes() const {
   if (!demoter_ || reuse_distances_.empty()) return std::nullopt;
   const double capacity = static_cast<double>(l2_->reserved_bytes());
-  const double r = static_cast<double>(l2_->bytes_per_token(l2_->rungs() - 1)) /
-                   static_cast<double>(l2_->bytes_per_token(0));
+  const double r = static_cast<double>(l2_->token_stride(l2_->rungs() - 1)) /
+                   static_cast<double>(l2_->token_stride(0));
   // The farthest of k distances seen underestimates the farthest there is:
   // (1 + 1/k) times it is the unbiased estimate were they uniform, so a
   // few hits are not taken for the whole working set.
@@ -468,7 +468,7 @@ uint64_t RadixCache::band_from(uint64_t reserve) const {
   // Rung-0 bytes of the L2 nodes by access time, the most recent first.
   std::map<uint64_t, uint64_t, std::greater<>> bytes_at;
   for_each_below(static_cast<const RadixNode*>(root_.get()), [&](const RadixNode* n) {
-    if (!n->l2.empty()) bytes_at[n->last_access] += n->size() * l2_->bytes_per_token(0);
+    if (!n->l2.empty()) bytes_at[n->last_access] += n->size() * l2_->token_stride(0);
   });
   uint64_t from = kNoBand, length = reserve;
   for (const auto& [time, bytes] : bytes_at) {
@@ -503,7 +503,7 @@ bool RadixCache::make_l2_room(size_t tokens, int rung, bool may_wait) {
   const size_t short_by = tokens > free ? tokens - free : page_size_;
   if (demoter_) {
     const int last = l2_->rungs() - 1;
-    const uint64_t wanted = uint64_t{short_by} * l2_->bytes_per_token(rung);
+    const uint64_t wanted = uint64_t{short_by} * l2_->token_stride(rung);
     const auto settle_oldest = [&] {
       ++stats_.demotion_waits;
       const uint64_t before = l2_->free_bytes();
@@ -514,7 +514,7 @@ bool RadixCache::make_l2_room(size_t tokens, int rung, bool may_wait) {
     if (apply_finished_demotions() > 0) return true;
     // Rung 0's band (a walk of the tree: only when room is still wanted),
     // the allocation itself counted in it when at rung 0.
-    const uint64_t band = band_from(rung == 0 ? uint64_t{tokens} * l2_->bytes_per_token(0) : 0);
+    const uint64_t band = band_from(rung == 0 ? uint64_t{tokens} * l2_->token_stride(0) : 0);
     if (rung == last || !may_wait) {
       // Outside the band (backup_rung), or with no wait allowed: demotion is
       // started but not waited for; the least recently used nodes at the
@@ -588,7 +588,7 @@ uint64_t RadixCache::start_demotions(uint64_t bytes, uint64_t band_start) {
     if (planned >= bytes) break;
     const int rung = l2_->rung_of(n->l2.front());
     DemotionJob job{n->l2, l2_->demoted_slots(n->l2, rung, rung + 1), rung, rung + 1};
-    const uint64_t saves = n->size() * (l2_->bytes_per_token(rung) - l2_->bytes_per_token(rung + 1));
+    const uint64_t saves = n->size() * (l2_->token_stride(rung) - l2_->token_stride(rung + 1));
     n->transfer = NodeTransfer::kDemote;
     const Ticket ticket = demoter_->submit(job);
     demotions_.push_back({ticket, {n}, std::move(job)});

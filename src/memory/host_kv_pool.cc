@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <string>
 
 #include "core/check.h"
@@ -73,7 +72,7 @@ HostKvPool::HostKvPool(const KvGeometry& geometry, std::vector<Rung> rungs, size
       memory_(std::move(memory)),
       slots_(granules, [&] {
         std::vector<uint32_t> spans;
-        for (const Rung& r : rungs_) spans.push_back(static_cast<uint32_t>(r.bytes_per_token / granule_bytes));
+        for (const Rung& r : rungs_) spans.push_back(static_cast<uint32_t>(r.stride / granule_bytes));
         return spans;
       }()) {}
 
@@ -96,7 +95,7 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
   codecs.insert(codecs.end(), options.demotion.begin(), options.demotion.end());
   std::vector<Rung> rungs;
   for (const KvCodecs& codec : codecs) {
-    Rung r{codec, {}, {}, 0};
+    Rung r{codec, {}, {}, 0, 0};
     HIQ_ASSIGN_OR_RETURN(r.k, RecordLayout::make(codec.k, geometry.row_shape(KvPart::kK), options.record_align));
     if (geometry.attention == AttentionKind::kMha) {  // MLA: no V records
       HIQ_ASSIGN_OR_RETURN(r.v, RecordLayout::make(codec.v, geometry.row_shape(KvPart::kV), options.record_align));
@@ -104,7 +103,21 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
     r.bytes_per_token = (r.k.record_bytes + r.v.record_bytes) * static_cast<size_t>(geometry.num_layers);
     rungs.push_back(r);
   }
-  const uint64_t bytes_per_token = rungs.front().bytes_per_token;
+  // The granule is a token of the last rung, and a token of any other rung
+  // takes whole granules, padded at its end. Every free run is then whole
+  // last-rung tokens: the rung where a ladder drops never meets runs too
+  // short for a token, whatever tokens of other rungs came and went. (The
+  // greatest common divisor of the rungs' bytes would waste no padding, but
+  // the holes left between tokens of different spans would hold none:
+  // capacity lost exactly where the ladder runs out of it.)
+  const uint64_t granule = rungs.back().bytes_per_token;
+  for (Rung& r : rungs) {
+    if (r.bytes_per_token < granule)
+      return invalid_argument("--hicache-codec " + host_codec_name(options) + ": " + r.codec.name() +
+                              " records take fewer bytes than the last rung's");
+    r.stride = (r.bytes_per_token + granule - 1) / granule * granule;
+  }
+  const uint64_t bytes_per_token = rungs.front().stride;
   const auto page = static_cast<uint64_t>(geometry.page_size);
   uint64_t tokens = 0;
   if (options.capacity_tokens > 0) {
@@ -126,9 +139,6 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
       return invalid_argument("--hicache-ratio " + std::to_string(options.ratio) + " of " + std::to_string(l1_tokens) +
                               " L1 tokens is less than one page");
   }
-  // A granule divides every rung's bytes per token; one codec: a token.
-  uint64_t granule = bytes_per_token;
-  for (const Rung& r : rungs) granule = std::gcd(granule, uint64_t{r.bytes_per_token});
   const uint64_t granules = tokens * (bytes_per_token / granule);
   if (granules > std::numeric_limits<SlotId>::max())
     return out_of_range("the host tier would hold " + format_count(granules) + (rungs.size() > 1 ? " granules" : " tokens") +

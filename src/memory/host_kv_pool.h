@@ -21,12 +21,14 @@
 // tiered:int8,int4h`) holds tokens of several codecs, its rungs, in one
 // region: rung 0 is the codec backups write, and the cache demotes cold
 // nodes down the ladder instead of dropping them. Such a pool is token-major
-// and counted in granules, the greatest common divisor of the rungs' bytes
-// per token; a token of rung r takes span(r) granules, and its slot is the
-// first of them (memory/host_slot_allocator.h). record_stride() is then one
-// granule, and each slot's rung (rung_of) says which layout its records
-// have: the engines group a transfer's slots by it. A pool of one codec is
-// the case of one rung whose granule is a token.
+// and counted in granules of one last-rung token; a token of rung r takes
+// span(r) granules, its records then padding up to token_stride(r), and its
+// slot is the first of them (memory/host_slot_allocator.h). Free runs are
+// thus whole last-rung tokens: the rung at which a ladder drops never finds
+// its free space in runs too short to use. record_stride() is one granule,
+// and each slot's rung (rung_of) says which layout its records have: the
+// engines group a transfer's slots by it. A pool of one codec is the case
+// of one rung whose granule is a token.
 //
 // Tensor parallelism (CPU backend). Each rank keeps its own KV heads — its
 // own L1 pool, of its rank's geometry — and its heads are backed up to and
@@ -118,8 +120,13 @@ class HostKvPool {
   size_t capacity_tokens() const { return capacity_tokens_; }
   // Slot ids are below this (granules; tokens for a pool of one codec).
   size_t num_slots() const { return slots_.granules(); }
-  // Encoded bytes of one token of `rung`: every layer's K and V record, padding included.
+  // Encoded bytes of one token of `rung`: every layer's K and V record, record padding included.
   size_t bytes_per_token(int rung = 0) const { return rung_(rung).bytes_per_token; }
+  // The region a token of `rung` takes: span(rung) granules, bytes_per_token
+  // and (a ladder's upper rungs) padding to the next granule. Slots of one
+  // run of a rung are this far apart.
+  size_t token_stride(int rung = 0) const { return rung_(rung).stride; }
+  uint32_t span(int rung = 0) const { return slots_.span(rung); }
   size_t granule_bytes() const { return granule_bytes_; }
   size_t reserved_bytes() const { return memory_.size(); }
   uint64_t free_bytes() const { return slots_.free_granules() * granule_bytes_; }
@@ -160,6 +167,7 @@ class HostKvPool {
     KvCodecs codec;
     RecordLayout k, v;  // v is unused (and empty) for MLA
     size_t bytes_per_token = 0;
+    size_t stride = 0;  // token_stride
   };
   HostKvPool(const KvGeometry& geometry, std::vector<Rung> rungs, size_t capacity, size_t granules,
              size_t granule_bytes, RecordOrder order, MappedRegion memory);

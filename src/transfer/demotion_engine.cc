@@ -23,8 +23,7 @@ Status check_demotion_job(const HostKvPool& pool, const DemotionJob& job) {
 }
 
 std::vector<DemotionRun> demotion_runs(const HostKvPool& pool, const DemotionJob& job) {
-  const size_t from_span = pool.bytes_per_token(job.from_rung) / pool.granule_bytes();
-  const size_t to_span = pool.bytes_per_token(job.to_rung) / pool.granule_bytes();
+  const size_t from_span = pool.span(job.from_rung), to_span = pool.span(job.to_rung);
   std::vector<DemotionRun> runs;
   for (size_t i = 0; i < job.from.size(); ++i) {
     if (i > 0 && job.from[i] == job.from[i - 1] + from_span && job.to[i] == job.to[i - 1] + to_span)
@@ -52,7 +51,8 @@ std::vector<DemotionChunk> demotion_chunks(std::span<const DemotionRun> runs, si
 Status demote_records(HostKvPool& pool, const DemotionJob& job, std::vector<std::byte>& scratch, CodecStats* stats,
                       CodecImpl impl) {
   HIQ_RETURN_IF_ERROR(check_demotion_job(pool, job));
-  const size_t from_bytes = pool.bytes_per_token(job.from_rung), to_bytes = pool.bytes_per_token(job.to_rung);
+  // A run of slots is one stretch of memory, its tokens token_stride apart.
+  const size_t from_bytes = pool.token_stride(job.from_rung), to_bytes = pool.token_stride(job.to_rung);
   const size_t granule = pool.granule_bytes();
   const KvGeometry& g = pool.geometry();
   const int parts = g.rows_per_layer();

@@ -102,8 +102,8 @@ class Demoter final : public CudaDemoter {
     const size_t chunk = options_.chunk_tokens;
     size_t from_bytes = 0, to_bytes = 0;
     for (int r = 0; r < pool_.rungs(); ++r) {
-      from_bytes = std::max(from_bytes, pool_.bytes_per_token(r));
-      if (r > 0) to_bytes = std::max(to_bytes, pool_.bytes_per_token(r));
+      from_bytes = std::max(from_bytes, pool_.token_stride(r));
+      if (r > 0) to_bytes = std::max(to_bytes, pool_.token_stride(r));
     }
     HIQ_ASSIGN_OR_RETURN(lane->from, cuda::device_alloc(chunk * from_bytes, "demotion: old records"));
     HIQ_ASSIGN_OR_RETURN(lane->rows, cuda::device_alloc(rows_elements_ * sizeof(uint16_t), "demotion: BF16 rows"));
@@ -123,7 +123,7 @@ class Demoter final : public CudaDemoter {
   }
 
   // A chunk of `count` tokens: their records of `rung` in `records`, laid
-  // out as the pool lays out tokens (bytes_per_token(rung) each), and their
+  // out as the pool lays out tokens (token_stride(rung) each), and their
   // BF16 rows in the lane's buffer.
   cuda::RowBatch batch(std::byte* records, int rung, uint32_t count, const Lane& lane) {
     const KvGeometry& g = pool_.geometry();
@@ -138,7 +138,7 @@ class Demoter final : public CudaDemoter {
       v.records = records + (pool_.plane(0, part, rung) - base);
       v.records_layer_stride =
           g.num_layers > 1 ? static_cast<size_t>(pool_.plane(1, part, rung) - pool_.plane(0, part, rung)) : 0;
-      v.records_slot_stride = pool_.bytes_per_token(rung);
+      v.records_slot_stride = pool_.token_stride(rung);
       v.layout = pool_.layout(part, rung);
     }
     b.l1_rows = b.records = static_cast<const uint32_t*>(lane.index.get());
@@ -154,7 +154,7 @@ class Demoter final : public CudaDemoter {
   // old records.
   Status on_gpu(Lane& lane, const DemotionJob& job, const std::vector<DemotionRun>& runs, size_t& done) {
     const size_t n = job.from.size(), chunk = options_.chunk_tokens;
-    const size_t from_bytes = pool_.bytes_per_token(job.from_rung), to_bytes = pool_.bytes_per_token(job.to_rung);
+    const size_t from_bytes = pool_.token_stride(job.from_rung), to_bytes = pool_.token_stride(job.to_rung);
     const size_t granule = pool_.granule_bytes();
     std::byte* const base = pool_.plane(0, KvPart::kK, 0);
     auto* from = static_cast<std::byte*>(lane.from.get());
@@ -176,10 +176,13 @@ class Demoter final : public CudaDemoter {
                                             encode_[static_cast<size_t>(job.to_rung)], options_.max_blocks, stream));
       HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging, to, count * to_bytes, cudaMemcpyDeviceToHost, stream));
       HIQ_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-      // The chunk's old records are read: its new ones may go over them.
+      // The chunk's old records are read: its new ones may go over them
+      // (records only: a padded token's padding is left as it was, as the
+      // host's demotion leaves it).
+      const size_t records = pool_.bytes_per_token(job.to_rung);
       for (const DemotionPiece& p : c.pieces)
-        std::memcpy(base + size_t{job.to[p.begin]} * granule, staging + (p.begin - c.begin) * to_bytes,
-                    (p.end - p.begin) * to_bytes);
+        for (size_t i = p.begin; i < p.end; ++i)
+          std::memcpy(base + size_t{job.to[i]} * granule, staging + (i - c.begin) * to_bytes, records);
       done = c.end;
     }
     return Status::ok();

@@ -479,58 +479,84 @@ TEST(RadixCacheLadder, AnAllocationInFragmentedRoomIsCounted) {
   EXPECT_EQ(h.cache->stats().fragmented_allocations, 1u);
 }
 
-// The cache runs on the scheduler's thread, where waiting for a demotion
-// (a host thread's fraction of a second per node) would stall every
-// request. A backup at rung 0 that needs room while the demotion making it
-// is still under way goes to the last rung instead, and nothing waits.
-TEST(RadixCacheLadder, ABackupDoesNotWaitForADemotionUnderWay) {
-  const size_t prefix = 16;
+// Demotions held until the test opens the gate (or 30 s pass, so that a
+// cache that waits for one fails the test instead of hanging it), on a
+// ladder whose tier holds four `prefix`-token prompts at int8 and one more
+// at int4h; text(i) is prompt i.
+struct HeldDemotionLadder {
+  static constexpr size_t prefix = 16;
   std::mutex mu;
   std::condition_variable cv;
   bool open = false;
-  RadixCacheOptions o;
-  o.demotion_threads = 1;
-  o.demotion_watermark = 0;  // no demoting ahead: only allocations start demotions
-  // Demotions are held until the test opens the gate (or 30 s pass, so that
-  // a cache that does wait fails the test instead of hanging it).
-  o.demotion_hook = [&](Ticket) {
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, std::chrono::seconds(30), [&] { return open; });
-    return Status::ok();
-  };
-  const KvGeometry g = tiny_geometry(1);
-  const auto prefix_bytes = [&](CodecKind kind) {
-    return prefix * 2 * g.num_layers * RecordLayout::compute(kind, {1, 16}, kDefaultRecordAlign).record_bytes;
-  };
-  // Room for four prefixes at int8 and, beside them, one at int4h but not one more at int8.
-  ASSERT_LT(prefix_bytes(CodecKind::kInt4H), prefix_bytes(CodecKind::kInt8));
-  Harness h(CodecKind::kInt8, 1, /*l1_slots=*/8 * prefix, 0, o, 2, RecordOrder::kTokenMajor, {CodecKind::kInt4H},
-            4 * prefix_bytes(CodecKind::kInt8) + prefix_bytes(CodecKind::kInt4H));
-  const auto text = [&](size_t i) {
+  std::unique_ptr<Harness> h;
+
+  HeldDemotionLadder() {
+    RadixCacheOptions o;
+    o.demotion_threads = 1;
+    o.demotion_watermark = 0;  // no demoting ahead: only allocations start demotions
+    o.demotion_hook = [this](Ticket) {
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, std::chrono::seconds(30), [&] { return open; });
+      return Status::ok();
+    };
+    const KvGeometry g = tiny_geometry(1);
+    const auto prefix_bytes = [&](CodecKind kind) {
+      return prefix * 2 * g.num_layers * RecordLayout::compute(kind, {1, 16}, kDefaultRecordAlign).record_bytes;
+    };
+    h = std::make_unique<Harness>(CodecKind::kInt8, 1, /*l1_slots=*/8 * prefix, 0, o, 2, RecordOrder::kTokenMajor,
+                                  std::vector<CodecKind>{CodecKind::kInt4H},
+                                  4 * prefix * h_stride(g) + prefix_bytes(CodecKind::kInt4H));
+  }
+  // A padded int8 token's bytes in the tier (two int4h tokens).
+  static uint64_t h_stride(const KvGeometry& g) {
+    return 2 * 2 * g.num_layers * RecordLayout::compute(CodecKind::kInt4H, {1, 16}, kDefaultRecordAlign).record_bytes;
+  }
+  static std::vector<TokenId> text(size_t i) {
     std::vector<TokenId> t(prefix);
     for (size_t k = 0; k < prefix; ++k) t[k] = static_cast<TokenId>((i * 131 + k * 7) % 997);
     return t;
-  };
-  // Four prefixes at int8, each read back once (so the tier knows its hits
-  // land within three prefixes: rung 0's band).
-  for (size_t i = 0; i < 4; ++i) {
-    ASSERT_TRUE(serve(h, text(i), false));
-    h.cache->drain_transfers();
-    h.cache->evict_l1(h.cache->l1_tokens());
-    if (i == 0) continue;
-    size_t restored = 0;
-    ASSERT_TRUE(serve(h, text(i - 1), true, &restored));
-    ASSERT_EQ(restored, prefix);
-    h.cache->drain_transfers();
-    h.cache->evict_l1(h.cache->l1_tokens());
   }
+  void set_open(bool value) {
+    {
+      std::lock_guard lock(mu);
+      open = value;
+    }
+    cv.notify_all();
+  }
+  // Prompts first..last-1 at int8, each but the first read back once (so the
+  // tier knows its hits land within three prompts: rung 0's band).
+  void fill(size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      ASSERT_TRUE(serve(*h, text(i), false));
+      h->cache->drain_transfers();
+      h->cache->evict_l1(h->cache->l1_tokens());
+      if (i == first) continue;
+      size_t restored = 0;
+      ASSERT_TRUE(serve(*h, text(i - 1), true, &restored));
+      ASSERT_EQ(restored, prefix);
+      h->cache->drain_transfers();
+      h->cache->evict_l1(h->cache->l1_tokens());
+    }
+  }
+  ~HeldDemotionLadder() { set_open(true); }
+};
+
+// The cache runs on the scheduler's thread, where waiting for a demotion
+// stalls every request. A backup at rung 0 that needs room while the
+// demotion making it is still under way goes to the last rung instead, and
+// nothing waits.
+TEST(RadixCacheLadder, ABackupDoesNotWaitForADemotionUnderWay) {
+  HeldDemotionLadder t;
+  Harness& h = *t.h;
+  const size_t prefix = t.prefix;
+  t.fill(0, 4);
   const RadixCacheStats before = h.cache->stats();
   ASSERT_EQ(before.backup_rung_tokens[1], 0u) << "the setup wrote at int4h already";
   ASSERT_TRUE(h.cache->rung0_band_bytes().has_value());
 
-  // The fifth: rung 0 by the band, no room there; the oldest prefix's
+  // The fifth: rung 0 by the band, no room there; the oldest prompt's
   // demotion starts and is held.
-  ASSERT_TRUE(serve(h, text(4), false));
+  ASSERT_TRUE(serve(h, t.text(4), false));
   h.engine->drain();
   h.cache->poll_transfers();
   const RadixCacheStats during = h.cache->stats();
@@ -538,17 +564,43 @@ TEST(RadixCacheLadder, ABackupDoesNotWaitForADemotionUnderWay) {
   EXPECT_EQ(during.backup_rung_tokens[1] - before.backup_rung_tokens[1], prefix) << "not written at the last rung";
   EXPECT_EQ(h.cache->demotion_engine()->stats().jobs, 0u) << "the held demotion cannot have finished";
   h.cache->evict_l1(h.cache->l1_tokens());
-  EXPECT_EQ(h.cache->cached_prefix(text(4)).host, prefix) << "its backup landed";
-  {
-    std::lock_guard lock(mu);
-    open = true;
-  }
-  cv.notify_all();
+  EXPECT_EQ(h.cache->cached_prefix(t.text(4)).host, prefix) << "its backup landed";
+  t.set_open(true);
   h.cache->drain_transfers();
   EXPECT_GT(h.cache->stats().demoted_tokens[1], 0u) << "the demotion lands afterwards";
   EXPECT_EQ(h.cache->stats().demotion_waits, 0u);
   EXPECT_TRUE(h.cache->check_invariants().is_ok()) << h.cache->check_invariants().to_string();
-  EXPECT_TRUE(serve(h, text(4), true));  // and the last-rung copy restores
+  EXPECT_TRUE(serve(h, t.text(4), true));  // and the last-rung copy restores
+}
+
+// Demote before drop, for a backup that may not wait too: while the
+// demotions under way will free the room it needs, nothing is dropped for
+// it. The backup takes the last rung's free room, or waits.
+TEST(RadixCacheLadder, NothingIsDroppedForRoomADemotionUnderWayWillFree) {
+  HeldDemotionLadder t;
+  Harness& h = *t.h;
+  const size_t prefix = t.prefix;
+  t.set_open(true);
+  t.fill(0, 5);  // the fifth went to the last rung's room; the first was demoted to make rung 0's
+  h.cache->drain_transfers();
+  ASSERT_EQ(h.cache->stats().demoted_tokens[1], prefix);
+  ASSERT_EQ(h.l2->free_tokens(1), prefix) << "room for one prompt at int4h";
+  ASSERT_EQ(h.cache->stats().l2_evicted_tokens, 0u);
+
+  // The sixth: rung 0 by the band, no room there. The next int8 prompt's
+  // demotion starts and is held; the int4h prompts outside the band, the
+  // first among them, could be dropped at once, and are not.
+  t.set_open(false);
+  ASSERT_TRUE(serve(h, t.text(5), false));
+  h.engine->drain();
+  h.cache->poll_transfers();
+  EXPECT_EQ(h.cache->stats().l2_evicted_tokens, 0u);
+  EXPECT_EQ(h.cache->stats().demotion_waits, 0u) << "the last rung had room: nothing waited either";
+  h.cache->evict_l1(h.cache->l1_tokens());
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(h.cache->cached_prefix(t.text(i)).host, prefix) << "prompt " << i;
+  t.set_open(true);
+  h.cache->drain_transfers();
+  EXPECT_TRUE(h.cache->check_invariants().is_ok()) << h.cache->check_invariants().to_string();
 }
 
 // The storage tier reads the L2 slots a backup hands it as rung-0 records,

@@ -518,11 +518,13 @@ bool RadixCache::make_l2_room(size_t tokens, int rung, bool may_wait) {
     if (rung == last || !may_wait) {
       // Outside the band (backup_rung), or with no wait allowed: demotion is
       // started but not waited for; the least recently used nodes at the
-      // last rung make the room now. (Failing those, a backup that may not
-      // wait is written at the last rung instead: start_backup.)
+      // last rung make the room now, unless the demotions under way will
+      // free it (then the allocation waits below, or fails if it may not:
+      // start_backup tries the last rung, then waits).
       if (demotions_.empty()) start_demotions(wanted, band);
       if (apply_finished_demotions() > 0) return true;  // an inline engine is done already
-      if (evict_l2_from(short_by, last, band) > 0) return true;
+      // Nothing is dropped for room that demotions under way will free.
+      if (demotion_bytes_pending() < wanted && evict_l2_from(short_by, last, band) > 0) return true;
     } else {
       // Outside the band, demote before any drop: a demotion under way, the
       // oldest, is waited for; else more are started; then the last rung's
@@ -538,6 +540,12 @@ bool RadixCache::make_l2_room(size_t tokens, int rung, bool may_wait) {
     if (start_demotions(wanted, kNoBand) > 0 && settle_oldest()) return true;
   }
   return evict_l2(short_by) > 0;
+}
+
+uint64_t RadixCache::demotion_bytes_pending() const {
+  uint64_t bytes = 0;
+  for (const Demotion& d : demotions_) bytes += d.frees;
+  return bytes;
 }
 
 bool RadixCache::demotable(const RadixNode* node) const {
@@ -591,7 +599,7 @@ uint64_t RadixCache::start_demotions(uint64_t bytes, uint64_t band_start) {
     const uint64_t saves = n->size() * (l2_->token_stride(rung) - l2_->token_stride(rung + 1));
     n->transfer = NodeTransfer::kDemote;
     const Ticket ticket = demoter_->submit(job);
-    demotions_.push_back({ticket, {n}, std::move(job)});
+    demotions_.push_back({ticket, {n}, std::move(job), saves});
     planned += saves;
   }
   return planned;

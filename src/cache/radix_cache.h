@@ -25,13 +25,15 @@
 // when nothing outside it is left. Demotion runs ahead of need:
 // poll_transfers() starts it while less than demotion_watermark of the
 // pool is free, so an allocation rarely waits. A backup that needs room at
-// once does not wait for a demotion under way while another way exists: at
-// rung 0 it is written at the last rung instead, where room is made by
-// dropping that rung's least recently used nodes outside the band. (A
-// demotion of a 2,048-token node takes a host thread about 0.2 s, and the
-// cache runs on the scheduler's thread: a wait stalls every request.) Only
-// when neither can be done does it wait for the oldest demotion, or start
-// more and wait for the first, and it drops only when none is left.
+// once first takes what is free at rung 0, then at the last rung; room is
+// made by dropping the last rung's least recently used nodes outside the
+// band only when the demotions under way cannot free it. Otherwise it
+// waits for the oldest demotion: demote before drop, even at the cost of a
+// wait. (A demotion of a 2,048-token node takes the GPU about 20 ms and a
+// host thread about 0.2 s, and the cache runs on the scheduler's thread: a
+// wait stalls every request, a drop costs a prefix's hits.) It starts more
+// demotions and waits for the first when none is under way, and drops only
+// when none is left.
 //
 // Rung 0's band. Which nodes deserve rung 0 follows from where the
 // tier's hits land. Each host hit has a reuse distance: the rung-0 bytes
@@ -407,7 +409,9 @@ class RadixCache {
     Ticket ticket;
     std::vector<RadixNode*> nodes;  // one node, or the halves it was split into
     DemotionJob job;
+    uint64_t frees = 0;  // bytes its completion frees
   };
+  uint64_t demotion_bytes_pending() const;  // what the demotions under way will free
   std::vector<Demotion>::iterator find_demotion(const RadixNode* node);  // the one that lists `node`
   // Removes a demotion from the books: its nodes are no longer under demotion.
   Demotion close_demotion(std::vector<Demotion>::iterator it);

@@ -521,10 +521,11 @@ bool RadixCache::make_l2_room(size_t tokens, int rung, bool may_wait) {
       // last rung make the room now, unless the demotions under way will
       // free it (then the allocation waits below, or fails if it may not:
       // start_backup tries the last rung, then waits).
-      if (demotions_.empty()) start_demotions(wanted, band);
+      uint64_t pending = demotion_bytes_pending();
+      if (pending < wanted) pending += start_demotions(wanted - pending, band);
       if (apply_finished_demotions() > 0) return true;  // an inline engine is done already
       // Nothing is dropped for room that demotions under way will free.
-      if (demotion_bytes_pending() < wanted && evict_l2_from(short_by, last, band) > 0) return true;
+      if (pending < wanted && evict_l2_from(short_by, last, band) > 0) return true;
     } else {
       // Outside the band, demote before any drop: a demotion under way, the
       // oldest, is waited for; else more are started; then the last rung's

@@ -580,9 +580,15 @@ TEST(RadixCacheLadder, NothingIsDroppedForRoomADemotionUnderWayWillFree) {
   HeldDemotionLadder t;
   Harness& h = *t.h;
   const size_t prefix = t.prefix;
+  t.fill(0, 4);
+  // The fifth at the last rung, while the first's demotion is held (as
+  // above); then that demotion lands.
+  ASSERT_TRUE(serve(h, t.text(4), false));
+  h.engine->drain();
+  h.cache->poll_transfers();
   t.set_open(true);
-  t.fill(0, 5);  // the fifth went to the last rung's room; the first was demoted to make rung 0's
   h.cache->drain_transfers();
+  h.cache->evict_l1(h.cache->l1_tokens());
   ASSERT_EQ(h.cache->stats().demoted_tokens[1], prefix);
   ASSERT_EQ(h.l2->free_tokens(1), prefix) << "room for one prompt at int4h";
   ASSERT_EQ(h.cache->stats().l2_evicted_tokens, 0u);

@@ -503,13 +503,11 @@ struct HeldDemotionLadder {
     const auto prefix_bytes = [&](CodecKind kind) {
       return prefix * 2 * g.num_layers * RecordLayout::compute(kind, {1, 16}, kDefaultRecordAlign).record_bytes;
     };
+    // An int8 token takes two int4h tokens' room in a ladder's tier.
     h = std::make_unique<Harness>(CodecKind::kInt8, 1, /*l1_slots=*/8 * prefix, 0, o, 2, RecordOrder::kTokenMajor,
                                   std::vector<CodecKind>{CodecKind::kInt4H},
-                                  4 * prefix * h_stride(g) + prefix_bytes(CodecKind::kInt4H));
-  }
-  // A padded int8 token's bytes in the tier (two int4h tokens).
-  static uint64_t h_stride(const KvGeometry& g) {
-    return 2 * 2 * g.num_layers * RecordLayout::compute(CodecKind::kInt4H, {1, 16}, kDefaultRecordAlign).record_bytes;
+                                  4 * 2 * prefix_bytes(CodecKind::kInt4H) + prefix_bytes(CodecKind::kInt4H));
+    EXPECT_EQ(h->l2->token_stride(0), 2 * h->l2->token_stride(1));
   }
   static std::vector<TokenId> text(size_t i) {
     std::vector<TokenId> t(prefix);

@@ -212,4 +212,19 @@ expect_json "K/V codecs: bytes per token" '[(r["codec"], r["bytes_per_token"]) f
 expect_json "K/V codecs: each part's row" '(c["k=int8,v=int4h"]["bytes_per_row"], c["k=int8,v=int4h"]["bytes_per_row_v"])' '(1040, 576)'
 expect_error "K/V codecs: the same entry twice" "twice" --hicache-codec int8,k=int8,v=int8
 
+# A ladder: one row per rung as its tier lays them out. An int8 token is
+# padded to two int4h tokens' room, so 8 GB holds 96,450 int8 tokens (whole
+# pages of the padded size) and exactly twice as many once all are int4h.
+run_json --model qwen3-8b --hicache-size 8GB --hicache-codec tiered:int8,int4h
+expect_json "ladder: rungs" '[(r["codec"], r["rung"], r["ladder"]) for r in rows]' \
+  '[("int8", 0, "tiered:int8,int4h"), ("int4h", 1, "tiered:int8,int4h")]'
+expect_json "ladder: records and tier bytes" '[(r["bytes_per_token"], r["tier_bytes_per_token"]) for r in rows]' \
+  '[(74880, 82944), (41472, 41472)]'
+expect_json "ladder: capacities" '[r["capacity_tokens"] for r in rows]' '[8000000000 // 82944, 2 * (8000000000 // 82944)]'
+expect_json "ladder: ratios count the padding" 'round(c["int8"]["ratio_vs_bf16"], 4)' '1.7778'
+run_json --model qwen3-8b --hicache-size 8GB --hicache-codec tiered:bf16,int8,int4h
+expect_json "three rungs: tier bytes" '[r["tier_bytes_per_token"] for r in rows]' '[4 * 41472, 2 * 41472, 41472]'
+expect_error "ladder upside down" "fewer bits" --hicache-codec tiered:int4h,int8
+expect_error "ladder of one" "tiered" --hicache-codec tiered:int8
+
 echo "all $checks checks passed"

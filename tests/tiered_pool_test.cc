@@ -90,6 +90,21 @@ TEST(TieredPool, GranulesAreLastRungTokensAndCapacityCountsTheTopRung) {
   EXPECT_EQ((*int4h)->capacity_tokens(), 200u) << "the ladder's last rung holds what int4h alone does";
 }
 
+// Each rung's bytes rounded up to whole last-rung tokens; a rung smaller
+// than the last cannot be laid out so.
+TEST(TieredPool, LadderStridesAreWholeLastRungTokens) {
+  const size_t three[] = {147'456, 74'880, 41'472};
+  auto strides = ladder_token_strides(three);
+  ASSERT_TRUE(strides.is_ok());
+  EXPECT_EQ(*strides, (std::vector<size_t>{165'888, 82'944, 41'472}));
+  const size_t one[] = {74'880};
+  EXPECT_EQ(*ladder_token_strides(one), std::vector<size_t>{74'880});
+  const size_t exact[] = {96, 48, 24};
+  EXPECT_EQ(*ladder_token_strides(exact), (std::vector<size_t>{96, 48, 24})) << "no padding where none is needed";
+  const size_t upside_down[] = {41'472, 74'880};
+  EXPECT_EQ(ladder_token_strides(upside_down).status().code(), StatusCode::kInvalidArgument);
+}
+
 // A ladder's last rung never meets fragmentation: whatever tokens of every
 // rung came and went, in whatever order, an allocation at the last rung
 // fails only when the free granules are fewer than its tokens.

@@ -76,6 +76,26 @@ HostKvPool::HostKvPool(const KvGeometry& geometry, std::vector<Rung> rungs, size
         return spans;
       }()) {}
 
+Result<std::vector<size_t>> ladder_token_strides(std::span<const size_t> bytes_per_token) {
+  // The granule is a token of the last rung, and a token of any other rung
+  // takes whole granules, padded at its end. Every free run is then whole
+  // last-rung tokens: the rung where a ladder drops never meets runs too
+  // short for a token, whatever tokens of other rungs came and went. (The
+  // greatest common divisor of the rungs' bytes would waste no padding, but
+  // the holes left between tokens of different spans would hold none:
+  // capacity lost exactly where the ladder runs out of it.)
+  HIQ_CHECK(!bytes_per_token.empty() && bytes_per_token.back() > 0);
+  const size_t granule = bytes_per_token.back();
+  std::vector<size_t> strides;
+  for (size_t bytes : bytes_per_token) {
+    if (bytes < granule)
+      return invalid_argument("a rung's records take fewer bytes a token (" + format_count(bytes) +
+                              ") than the last rung's (" + format_count(granule) + ")");
+    strides.push_back((bytes + granule - 1) / granule * granule);
+  }
+  return strides;
+}
+
 KvGeometry tp_host_geometry(const KvGeometry& rank) {
   KvGeometry g = rank;
   g.num_layers = rank.num_layers * rank.tp_size;
@@ -103,20 +123,12 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
     r.bytes_per_token = (r.k.record_bytes + r.v.record_bytes) * static_cast<size_t>(geometry.num_layers);
     rungs.push_back(r);
   }
-  // The granule is a token of the last rung, and a token of any other rung
-  // takes whole granules, padded at its end. Every free run is then whole
-  // last-rung tokens: the rung where a ladder drops never meets runs too
-  // short for a token, whatever tokens of other rungs came and went. (The
-  // greatest common divisor of the rungs' bytes would waste no padding, but
-  // the holes left between tokens of different spans would hold none:
-  // capacity lost exactly where the ladder runs out of it.)
+  std::vector<size_t> sizes;
+  for (const Rung& r : rungs) sizes.push_back(r.bytes_per_token);
+  const auto strides = ladder_token_strides(sizes);
+  if (!strides) return strides.status().with_context("--hicache-codec " + host_codec_name(options));
+  for (size_t i = 0; i < rungs.size(); ++i) rungs[i].stride = (*strides)[i];
   const uint64_t granule = rungs.back().bytes_per_token;
-  for (Rung& r : rungs) {
-    if (r.bytes_per_token < granule)
-      return invalid_argument("--hicache-codec " + host_codec_name(options) + ": " + r.codec.name() +
-                              " records take fewer bytes than the last rung's");
-    r.stride = (r.bytes_per_token + granule - 1) / granule * granule;
-  }
   const uint64_t bytes_per_token = rungs.front().stride;
   const auto page = static_cast<uint64_t>(geometry.page_size);
   uint64_t tokens = 0;

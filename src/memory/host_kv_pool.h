@@ -91,6 +91,12 @@ Status parse_host_codec(std::string_view spec, HostKvPoolOptions& options);
 // The spelling parse_host_codec reads back: "int8", "tiered:int8,int4h".
 std::string host_codec_name(const HostKvPoolOptions& options);
 
+// The region a token of each rung of a ladder takes, from the rungs' encoded
+// bytes per token (the last the smallest): each rounded up to whole tokens of
+// the last rung, the ladder pool's granule (HostKvPool::token_stride). One
+// codec: its bytes. kInvalidArgument when a rung is smaller than the last.
+Result<std::vector<size_t>> ladder_token_strides(std::span<const size_t> bytes_per_token);
+
 // The geometry of a host pool holding every tensor-parallel rank's records
 // (see above): `rank`'s (one rank's KV heads; rank.tp_size ranks) with
 // rank.tp_size × rank.num_layers layers. `rank` itself when tp_size is 1.

@@ -12,6 +12,7 @@
 #include "codec/codec.h"
 #include "core/units.h"
 #include "kv/model_config.h"
+#include "memory/host_kv_pool.h"
 #include "tools/hiq/commands.h"
 #include "tools/hiq/host_tier_flags.h"
 #include "tools/hiq/list_flag.h"
@@ -38,6 +39,11 @@ struct LayoutRow {
   uint64_t capacity_tokens = 0;
   double ratio_vs_bf16 = 0;      // L1 (BF16/FP16) bytes per token ÷ this codec's
   double memory_reduction = 0;   // 1 − this codec's bytes ÷ L1 bytes
+  // A rung of a ladder (`tiered:…`): the region a token takes in the tier,
+  // padding included (the ratios and the capacity count it), and the
+  // capacity when every token is at this rung. Rung -1: a codec alone.
+  int rung = -1;
+  size_t tier_bytes_per_token = 0;
 };
 
 Result<LayoutRow> layout_row(const KvGeometry& g, KvCodecs codec, size_t align, uint64_t budget) {
@@ -57,11 +63,42 @@ Result<LayoutRow> layout_row(const KvGeometry& g, KvCodecs codec, size_t align, 
   row.bytes_per_token = per_layer * static_cast<size_t>(g.num_layers);
   // Whole pages only; dividing twice cannot overflow the way bytes × page_size can.
   const auto page = static_cast<uint64_t>(g.page_size);
+  row.tier_bytes_per_token = row.bytes_per_token;
   row.capacity_tokens = budget / row.bytes_per_token / page * page;
-  const double l1 = static_cast<double>(g.l1_bytes_per_token());
-  row.ratio_vs_bf16 = l1 / static_cast<double>(row.bytes_per_token);
-  row.memory_reduction = 1.0 - static_cast<double>(row.bytes_per_token) / l1;
   return row;
+}
+
+void set_ratios(const KvGeometry& g, LayoutRow& row) {
+  const double l1 = static_cast<double>(g.l1_bytes_per_token());
+  row.ratio_vs_bf16 = l1 / static_cast<double>(row.tier_bytes_per_token);
+  row.memory_reduction = 1.0 - static_cast<double>(row.tier_bytes_per_token) / l1;
+}
+
+// A ladder's rungs as its pool lays them out (memory/host_kv_pool.h): rung
+// 0's tokens fill the budget in whole pages, and each rung's capacity is
+// what that region holds once every token is at that rung.
+Result<std::vector<LayoutRow>> ladder_rows(const KvGeometry& g, std::string_view spec, size_t align,
+                                           uint64_t budget) {
+  HostKvPoolOptions options;
+  HIQ_RETURN_IF_ERROR(parse_host_codec(spec, options).with_context("--hicache-codec"));
+  std::vector<KvCodecs> codecs = {options.codec};
+  codecs.insert(codecs.end(), options.demotion.begin(), options.demotion.end());
+  std::vector<LayoutRow> rows;
+  std::vector<size_t> sizes;
+  for (const KvCodecs& c : codecs) {
+    HIQ_ASSIGN_OR_RETURN(LayoutRow row, layout_row(g, c, align, budget));
+    sizes.push_back(row.bytes_per_token);
+    rows.push_back(std::move(row));
+  }
+  HIQ_ASSIGN_OR_RETURN(const std::vector<size_t> strides, ladder_token_strides(sizes));
+  const auto page = static_cast<uint64_t>(g.page_size);
+  const uint64_t region = budget / strides.front() / page * page * strides.front();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    rows[r].rung = static_cast<int>(r);
+    rows[r].tier_bytes_per_token = strides[r];
+    rows[r].capacity_tokens = region / strides[r];
+  }
+  return rows;
 }
 
 
@@ -84,25 +121,32 @@ int run_layout(const LayoutFlags& f) {
   auto align = record_align_option(f.record_align);
   if (!align) return report_error("layout", align.status());
   const size_t record_align = *align;
-  auto codecs = parse_kv_codec_list_flag(f.codecs, "--hicache-codec");
-  if (!codecs) return report_error("layout", codecs.status());
-
   const KvGeometry& g = *geometry;
-  // A codec named explicitly must fit the model; with "all", one that cannot
-  // (int4h on a head_dim that is not a power of two) is listed as unsupported.
-  const bool all = f.codecs == "all";
+  const bool ladder = f.codecs.starts_with("tiered:");
   std::vector<LayoutRow> rows;
   std::vector<std::pair<KvCodecs, std::string>> unsupported;
-  for (const KvCodecs& c : *codecs) {
-    auto row = layout_row(g, c, record_align, *budget);
-    if (row) {
-      rows.push_back(*row);
-    } else if (all && row.status().code() == StatusCode::kInvalidArgument && c == KvCodecs(CodecKind::kInt4H)) {
-      unsupported.emplace_back(c, row.status().message());
-    } else {
-      return report_error("layout", row.status());
+  if (ladder) {
+    auto rungs = ladder_rows(g, f.codecs, record_align, *budget);
+    if (!rungs) return report_error("layout", rungs.status());
+    rows = std::move(*rungs);
+  } else {
+    auto codecs = parse_kv_codec_list_flag(f.codecs, "--hicache-codec");
+    if (!codecs) return report_error("layout", codecs.status());
+    // A codec named explicitly must fit the model; with "all", one that cannot
+    // (int4h on a head_dim that is not a power of two) is listed as unsupported.
+    const bool all = f.codecs == "all";
+    for (const KvCodecs& c : *codecs) {
+      auto row = layout_row(g, c, record_align, *budget);
+      if (row) {
+        rows.push_back(*row);
+      } else if (all && row.status().code() == StatusCode::kInvalidArgument && c == KvCodecs(CodecKind::kInt4H)) {
+        unsupported.emplace_back(c, row.status().message());
+      } else {
+        return report_error("layout", row.status());
+      }
     }
   }
+  for (LayoutRow& r : rows) set_ratios(g, r);
 
   if (f.json) {
     nlohmann::json out = nlohmann::json::array();
@@ -131,6 +175,11 @@ int run_layout(const LayoutFlags& f) {
           {"memory_reduction", r.memory_reduction},
           {"supported", true},
       });
+      if (ladder) {
+        out.back()["ladder"] = f.codecs;
+        out.back()["rung"] = r.rung;
+        out.back()["tier_bytes_per_token"] = r.tier_bytes_per_token;
+      }
     }
     for (const auto& [codec, reason] : unsupported)
       out.push_back({{"model", g.name}, {"codec", codec.name()}, {"supported", false}, {"reason", reason}});
@@ -149,17 +198,26 @@ int run_layout(const LayoutFlags& f) {
   const bool split_kv = g.attention == AttentionKind::kMha &&
                         (g.v_head_dim != g.k_head_dim ||
                          std::any_of(rows.begin(), rows.end(), [](const LayoutRow& r) { return r.codec.split(); }));
-  Table table({"codec", split_kv ? "B/row K/V" : "B/row", "payload", "scales", "padding", "B/token",
-               "L2 tokens", "vs bf16", "memory"});
+  std::vector<std::string> header = {"codec", split_kv ? "B/row K/V" : "B/row", "payload", "scales", "padding",
+                                     "B/token"};
+  if (ladder) header.insert(header.end(), {"B/token in tier", "L2 tokens, all at this rung"});
+  else header.push_back("L2 tokens");
+  header.insert(header.end(), {"vs bf16", "memory"});
+  Table table(header);
   for (const LayoutRow& r : rows) {
     std::string per_row = format_count(r.k.record_bytes);
     if (split_kv) per_row += "/" + format_count(r.v->record_bytes);
-    table.add_row({r.codec.name(), per_row, format_count(r.k.payload_bytes),
-                   format_count(r.k.scale_bytes()), format_count(r.k.padding_bytes()),
-                   format_count(r.bytes_per_token), format_count(r.capacity_tokens),
-                   format_fixed(r.ratio_vs_bf16, 4) + "×",
-                   signed_percent(-r.memory_reduction)});
+    std::vector<std::string> cells = {r.codec.name(), per_row, format_count(r.k.payload_bytes),
+                                      format_count(r.k.scale_bytes()), format_count(r.k.padding_bytes()),
+                                      format_count(r.bytes_per_token)};
+    if (ladder) cells.push_back(format_count(r.tier_bytes_per_token));
+    cells.insert(cells.end(), {format_count(r.capacity_tokens), format_fixed(r.ratio_vs_bf16, 4) + "×",
+                               signed_percent(-r.memory_reduction)});
+    table.add_row(cells);
   }
+  if (ladder)
+    std::cout << f.codecs << ": one region; a token of an upper rung is padded to whole tokens of the last "
+              << "(B/token in tier)\n";
   table.print(std::cout);
   for (const auto& [codec, reason] : unsupported) std::cout << codec.name() << ": n/a, " << reason << '\n';
   return 0;
@@ -180,7 +238,8 @@ Subcommand add_layout_command(CLI::App& parent) {
                   "Host (L2) budget: 8GB (decimal), 8GiB (binary), fractions allowed; a plain number is GB")
       ->capture_default_str();
   app->add_option("--hicache-codec", flags->codecs,
-                  "bf16, int8, fp8, int4, int4h, k=CODEC,v=CODEC (keys and values apart), a comma list, or all")
+                  "bf16, int8, fp8, int4, int4h, k=CODEC,v=CODEC (keys and values apart), a comma list, or all; "
+                  "or one ladder, tiered:int8,int4h (a row per rung, as its tier lays them out)")
       ->capture_default_str();
   app->add_option("--record-align", flags->record_align,
                   "Pad each record to a multiple of this many bytes (128 gives the 1,152-byte SGLang INT8 record)")

@@ -226,5 +226,7 @@ run_json --model qwen3-8b --hicache-size 8GB --hicache-codec tiered:bf16,int8,in
 expect_json "three rungs: tier bytes" '[r["tier_bytes_per_token"] for r in rows]' '[4 * 41472, 2 * 41472, 41472]'
 expect_error "ladder upside down" "fewer bits" --hicache-codec tiered:int4h,int8
 expect_error "ladder of one" "tiered" --hicache-codec tiered:int8
+expect_error "ladder whose rungs the alignment pads alike" "free nothing" \
+  --hicache-codec tiered:bf16,int8,int4h --record-align 2048
 
 echo "all $checks checks passed"

@@ -105,6 +105,31 @@ TEST(TieredPool, LadderStridesAreWholeLastRungTokens) {
   EXPECT_EQ(ladder_token_strides(upside_down).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Sizes a pool cannot take are refused before anything is multiplied or
+// reserved: a token count whose granules overflow, a ratio past 2^32 slots,
+// and a ladder whose rungs the record alignment pads to one size.
+TEST(TieredPool, SizesTooLargeAndLaddersThatFreeNothingAreRefused) {
+  const KvGeometry g = *resolve_model_geometry("qwen3-8b", {});
+  HostKvPoolOptions o;
+  ASSERT_TRUE(parse_host_codec("tiered:bf16,int8,int4h", o).is_ok());
+  o.populate = false;
+  o.capacity_tokens = uint64_t{1} << 62;  // × 4 granules wraps to 0
+  EXPECT_EQ(HostKvPool::create(g, o, 1000).status().code(), StatusCode::kOutOfRange);
+  o.capacity_tokens = (uint64_t{1} << 32) / 4;  // 2^32 granules: one too many
+  EXPECT_EQ(HostKvPool::create(g, o, 1000).status().code(), StatusCode::kOutOfRange);
+  o.capacity_tokens = 0;
+  o.ratio = 1e30;
+  EXPECT_EQ(HostKvPool::create(g, o, 1000).status().code(), StatusCode::kOutOfRange);
+
+  HostKvPoolOptions padded;
+  ASSERT_TRUE(parse_host_codec("tiered:bf16,int8,int4h", padded).is_ok());
+  padded.record_align = 2048;  // every record 2,048 B, whatever its codec
+  padded.populate = false;
+  const Status st = HostKvPool::create(g, padded, 1000).status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("free nothing"), std::string::npos) << st.to_string();
+}
+
 // A ladder's last rung never meets fragmentation: whatever tokens of every
 // rung came and went, in whatever order, an allocation at the last rung
 // fails only when the free granules are fewer than its tokens.

@@ -25,11 +25,13 @@
 // when nothing outside it is left. Demotion runs ahead of need:
 // poll_transfers() starts it while less than demotion_watermark of the
 // pool is free, so an allocation rarely waits. A backup that needs room at
-// once first takes what is free at rung 0, then at the last rung; room is
-// made by dropping the last rung's least recently used nodes outside the
-// band only when the demotions under way cannot free it. Otherwise it
-// waits for the oldest demotion: demote before drop, even at the cost of a
-// wait. (A demotion of a 2,048-token node takes the GPU about 20 ms and a
+// once asks at its rung without waiting: demotions outside the band are
+// topped up to the room it needs, and the last rung's least recently used
+// nodes outside the band are dropped only when those demotions cannot free
+// it (a rung-0 backup may so drop a cold last-rung node although the last
+// rung had room for the new one: outside the band, hits are not expected).
+// Then it asks at the last rung, then waits for the oldest demotion: demote
+// before drop, even at the cost of a wait. (A demotion of a 2,048-token node takes the GPU about 20 ms and a
 // host thread about 0.2 s, and the cache runs on the scheduler's thread: a
 // wait stalls every request, a drop costs a prefix's hits.) It starts more
 // demotions and waits for the first when none is under way, and drops only

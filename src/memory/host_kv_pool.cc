@@ -91,7 +91,13 @@ Result<std::vector<size_t>> ladder_token_strides(std::span<const size_t> bytes_p
     if (bytes < granule)
       return invalid_argument("a rung's records take fewer bytes a token (" + format_count(bytes) +
                               ") than the last rung's (" + format_count(granule) + ")");
-    strides.push_back((bytes + granule - 1) / granule * granule);
+    const size_t stride = (bytes + granule - 1) / granule * granule;
+    // A rung no smaller than the one above it in the tier frees nothing when
+    // a node is demoted to it (e.g. records padded alike by --record-align).
+    if (!strides.empty() && stride >= strides.back())
+      return invalid_argument("a rung takes as many bytes a token in the tier (" + format_count(stride) +
+                              ") as the one above it: demoting to it would free nothing");
+    strides.push_back(stride);
   }
   return strides;
 }
@@ -146,15 +152,22 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
   } else {
     if (!(options.ratio > 0) || !std::isfinite(options.ratio))
       return invalid_argument("--hicache-ratio must be a positive number (got " + std::to_string(options.ratio) + ")");
-    tokens = static_cast<uint64_t>(options.ratio * static_cast<double>(l1_tokens)) / page * page;
+    const double wanted = options.ratio * static_cast<double>(l1_tokens);
+    if (wanted >= static_cast<double>(std::numeric_limits<SlotId>::max()) + 1)
+      return out_of_range("--hicache-ratio " + std::to_string(options.ratio) + " of " + std::to_string(l1_tokens) +
+                          " L1 tokens is more than 2^32-1 slots");
+    tokens = static_cast<uint64_t>(wanted) / page * page;
     if (tokens == 0)
       return invalid_argument("--hicache-ratio " + std::to_string(options.ratio) + " of " + std::to_string(l1_tokens) +
                               " L1 tokens is less than one page");
   }
-  const uint64_t granules = tokens * (bytes_per_token / granule);
-  if (granules > std::numeric_limits<SlotId>::max())
-    return out_of_range("the host tier would hold " + format_count(granules) + (rungs.size() > 1 ? " granules" : " tokens") +
+  // Checked before multiplying: --hicache-tokens may be any 64-bit count.
+  const uint64_t span = bytes_per_token / granule;
+  if (tokens > std::numeric_limits<SlotId>::max() / span)
+    return out_of_range("the host tier would hold " + format_count(tokens) + " tokens" +
+                        (span > 1 ? " of " + std::to_string(span) + " granules each" : std::string()) +
                         ", more than 2^32-1 slots");
+  const uint64_t granules = tokens * span;
   const RecordOrder order = rungs.size() > 1 ? RecordOrder::kTokenMajor : options.record_order;
   HIQ_ASSIGN_OR_RETURN(MappedRegion memory, MappedRegion::reserve(tokens * bytes_per_token, options.populate));
   return std::unique_ptr<HostKvPool>(

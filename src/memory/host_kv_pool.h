@@ -94,7 +94,8 @@ std::string host_codec_name(const HostKvPoolOptions& options);
 // The region a token of each rung of a ladder takes, from the rungs' encoded
 // bytes per token (the last the smallest): each rounded up to whole tokens of
 // the last rung, the ladder pool's granule (HostKvPool::token_stride). One
-// codec: its bytes. kInvalidArgument when a rung is smaller than the last.
+// codec: its bytes. kInvalidArgument when a rung is smaller than the last,
+// or takes no fewer bytes in the tier than the rung above it.
 Result<std::vector<size_t>> ladder_token_strides(std::span<const size_t> bytes_per_token);
 
 // The geometry of a host pool holding every tensor-parallel rank's records

@@ -90,7 +90,9 @@ Result<std::vector<LayoutRow>> ladder_rows(const KvGeometry& g, std::string_view
     sizes.push_back(row.bytes_per_token);
     rows.push_back(std::move(row));
   }
-  HIQ_ASSIGN_OR_RETURN(const std::vector<size_t> strides, ladder_token_strides(sizes));
+  const auto strides_or = ladder_token_strides(sizes);
+  if (!strides_or) return strides_or.status().with_context("--hicache-codec " + std::string(spec));
+  const std::vector<size_t>& strides = *strides_or;
   const auto page = static_cast<uint64_t>(g.page_size);
   const uint64_t region = budget / strides.front() / page * page * strides.front();
   for (size_t r = 0; r < rows.size(); ++r) {

@@ -62,19 +62,15 @@ std::string host_codec_name(const HostKvPoolOptions& options) {
   return out;
 }
 
-HostKvPool::HostKvPool(const KvGeometry& geometry, std::vector<Rung> rungs, size_t capacity, size_t granules,
-                       size_t granule_bytes, RecordOrder order, MappedRegion memory)
+HostKvPool::HostKvPool(const KvGeometry& geometry, std::vector<Rung> rungs, std::vector<uint32_t> spans,
+                       size_t capacity, size_t granules, size_t granule_bytes, RecordOrder order, MappedRegion memory)
     : geometry_(geometry),
       rungs_(std::move(rungs)),
       capacity_tokens_(capacity),
       granule_bytes_(granule_bytes),
       order_(order),
       memory_(std::move(memory)),
-      slots_(granules, [&] {
-        std::vector<uint32_t> spans;
-        for (const Rung& r : rungs_) spans.push_back(static_cast<uint32_t>(r.stride / granule_bytes));
-        return spans;
-      }()) {}
+      slots_(granules, std::move(spans)) {}
 
 Result<std::vector<size_t>> ladder_token_strides(std::span<const size_t> bytes_per_token) {
   // The granule is a token of the last rung, and a token of any other rung
@@ -121,7 +117,7 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
   codecs.insert(codecs.end(), options.demotion.begin(), options.demotion.end());
   std::vector<Rung> rungs;
   for (const KvCodecs& codec : codecs) {
-    Rung r{codec, {}, {}, 0, 0};
+    Rung r{codec, {}, {}, 0};
     HIQ_ASSIGN_OR_RETURN(r.k, RecordLayout::make(codec.k, geometry.row_shape(KvPart::kK), options.record_align));
     if (geometry.attention == AttentionKind::kMha) {  // MLA: no V records
       HIQ_ASSIGN_OR_RETURN(r.v, RecordLayout::make(codec.v, geometry.row_shape(KvPart::kV), options.record_align));
@@ -133,9 +129,10 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
   for (const Rung& r : rungs) sizes.push_back(r.bytes_per_token);
   const auto strides = ladder_token_strides(sizes);
   if (!strides) return strides.status().with_context("--hicache-codec " + host_codec_name(options));
-  for (size_t i = 0; i < rungs.size(); ++i) rungs[i].stride = (*strides)[i];
-  const uint64_t granule = rungs.back().bytes_per_token;
-  const uint64_t bytes_per_token = rungs.front().stride;
+  const uint64_t granule = strides->back();
+  std::vector<uint32_t> spans;
+  for (size_t stride : *strides) spans.push_back(static_cast<uint32_t>(stride / granule));
+  const uint64_t bytes_per_token = strides->front();
   const auto page = static_cast<uint64_t>(geometry.page_size);
   uint64_t tokens = 0;
   if (options.capacity_tokens > 0) {
@@ -162,7 +159,7 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
                               " L1 tokens is less than one page");
   }
   // Checked before multiplying: --hicache-tokens may be any 64-bit count.
-  const uint64_t span = bytes_per_token / granule;
+  const uint64_t span = spans.front();
   if (tokens > std::numeric_limits<SlotId>::max() / span)
     return out_of_range("the host tier would hold " + format_count(tokens) + " tokens" +
                         (span > 1 ? " of " + std::to_string(span) + " granules each" : std::string()) +
@@ -171,7 +168,7 @@ Result<std::unique_ptr<HostKvPool>> HostKvPool::create(const KvGeometry& geometr
   const RecordOrder order = rungs.size() > 1 ? RecordOrder::kTokenMajor : options.record_order;
   HIQ_ASSIGN_OR_RETURN(MappedRegion memory, MappedRegion::reserve(tokens * bytes_per_token, options.populate));
   return std::unique_ptr<HostKvPool>(
-      new HostKvPool(geometry, std::move(rungs), tokens, granules, granule, order, std::move(memory)));
+      new HostKvPool(geometry, std::move(rungs), std::move(spans), tokens, granules, granule, order, std::move(memory)));
 }
 
 std::string HostKvPool::codec_spec() const {

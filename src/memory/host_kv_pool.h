@@ -132,7 +132,7 @@ class HostKvPool {
   // The region a token of `rung` takes: span(rung) granules, bytes_per_token
   // and (a ladder's upper rungs) padding to the next granule. Slots of one
   // run of a rung are this far apart.
-  size_t token_stride(int rung = 0) const { return rung_(rung).stride; }
+  size_t token_stride(int rung = 0) const { return size_t{span(rung)} * granule_bytes_; }
   uint32_t span(int rung = 0) const { return slots_.span(rung); }
   size_t granule_bytes() const { return granule_bytes_; }
   size_t reserved_bytes() const { return memory_.size(); }
@@ -174,10 +174,9 @@ class HostKvPool {
     KvCodecs codec;
     RecordLayout k, v;  // v is unused (and empty) for MLA
     size_t bytes_per_token = 0;
-    size_t stride = 0;  // token_stride
   };
-  HostKvPool(const KvGeometry& geometry, std::vector<Rung> rungs, size_t capacity, size_t granules,
-             size_t granule_bytes, RecordOrder order, MappedRegion memory);
+  HostKvPool(const KvGeometry& geometry, std::vector<Rung> rungs, std::vector<uint32_t> spans, size_t capacity,
+             size_t granules, size_t granule_bytes, RecordOrder order, MappedRegion memory);
   const Rung& rung_(int rung) const { return rungs_[static_cast<size_t>(rung)]; }
 
   KvGeometry geometry_;

@@ -275,8 +275,8 @@ PY
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["requests"]==16 and r["failed"]==0 and r["server"]["l1_slots"]==1024, r' "$TMP/inproc.json"
 echo "ok   hiq bench serve --model: an in-process server, 16 requests"
 
-# --compare: one loaded model, a fresh cache per configuration, repeats in
-# alternating order. L1 holds ~2 groups of 12, so the host tier must serve
+# --compare: one loaded model, a fresh cache per configuration; the first two
+# repeats run forward, then backward (tools/hiq/compare_order.h). L1 holds ~2 groups of 12, so the host tier must serve
 # hits; the equal-capacity flag gives every codec the same L2 tokens.
 "$HIQ" bench serve --model "$MODEL" --max-total-tokens 320 --hicache-tokens 2048 --gsp-num-groups 12 \
   --gsp-prompts-per-group 3 --gsp-system-prompt-len 96 --gsp-question-len 8 --gsp-output-len 4 --max-concurrency 2 \
@@ -301,7 +301,7 @@ none = max(r["hit_rate"] for r in runs if r["config"] == "none")
 assert all(r["hit_rate"] > none for r in runs if r["config"] != "none"), runs
 split = [r for r in runs if r["config"] == "k=int8,v=int4h"]
 assert all(r["server"]["l2_codec"] == "k=int8,v=int4h" for r in split), split
-print("ok   hiq bench serve --compare: 10 paired runs in alternating order; every host tier restores")
+print("ok   hiq bench serve --compare: 10 paired runs, forward then backward; every host tier restores")
 PY
 for args in "--compare int8/3|--record-align must be a power of two" "--compare int3|unknown codec 'int3'" \
             "--compare bf16,,int8|an empty entry" "--compare int8/x|the alignment after '/'" \

@@ -5,9 +5,10 @@
 //
 // In-process, --compare runs the workload once per host-tier configuration on
 // one loaded model, each on a fresh cache and engine: `--repeats` times, in
-// alternating order (forward, then backward, ...) so that the configurations
-// are paired and a drift of the machine over time does not favour one of
-// them; and with --sweep-num-groups, once per working-set size. With --json
+// the order of compare_order.h (forward, then backward, each pair starting one
+// configuration later) so that a drift of the machine over time does not
+// favour one of them and every configuration takes every place; and with
+// --sweep-num-groups, once per working-set size. With --json
 // each run prints one JSON line as it ends.
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 
 #include "loadgen/load_generator.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/compare_order.h"
 #include "tools/hiq/list_flag.h"
 #include "tools/hiq/scheduler_json.h"
 #include "tools/hiq/serve_flags.h"
@@ -350,8 +352,7 @@ int run_bench_compare(BenchServeFlags f) {
     }
     for (int repeat = 0; repeat < f.repeats; ++repeat) {
       for (size_t i = 0; i < configs->size(); ++i) {
-        // Forward on even repeats, backward on odd ones.
-        const size_t index = repeat % 2 == 0 ? i : configs->size() - 1 - i;
+        const size_t index = compare_run_index(static_cast<size_t>(repeat), i, configs->size());
         const TierConfig& c = (*configs)[index];
         auto built = stack_for(f.stack, c, *model);
         if (!built) return report_error("bench serve", built.status());
@@ -477,7 +478,9 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
                   "In-process: run once per host tier, e.g. none,bf16,int8,int8/128,fp8,int4,int4h,k=int8,v=int4h "
                   "(codec/align; k=…,v=… is one tier)");
   before = app->get_options().size();
-  app->add_option("--repeats", f->repeats, "--compare: runs of each configuration, in alternating order")
+  app->add_option("--repeats", f->repeats,
+                  "--compare: runs of each configuration; twice the number of configurations puts each one at "
+                  "every place in the order twice")
       ->capture_default_str();
   app->add_option("--sweep-num-groups", f->sweep_num_groups,
                   "--compare: repeat everything for each group count, e.g. 1,4,16");

@@ -64,6 +64,9 @@ TEST(ListFlag, KvCodecsPairAKeyAndAValueEntry) {
   // A ladder's rungs are one item; commands of single codecs say so.
   EXPECT_EQ(join_kv_codec_items({"bf16", "tiered:int8", "int4h", "int8", "tiered:bf16", "int8", "int4h/128", "int4"}),
             (std::vector<std::string>{"bf16", "tiered:int8,int4h", "int8", "tiered:bf16,int8,int4h/128", "int4"}));
+  // A suffix ends the ladder: "@cpu" (bench serve --compare's demotion device) as "/128" does.
+  EXPECT_EQ(join_kv_codec_items({"tiered:int8", "int4h@cpu", "int4", "tiered:int8", "int4h/64@gpu", "int4h"}),
+            (std::vector<std::string>{"tiered:int8,int4h@cpu", "int4", "tiered:int8,int4h/64@gpu", "int4h"}));
   EXPECT_EQ(parse_kv_codec_list_flag("int8,tiered:int8,int4h", "--hicache-codec").status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(*parse_kv_codec_list_flag("bf16,k=int8,v=int4h,int4h", "--hicache-codec"),

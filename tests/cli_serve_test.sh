@@ -305,13 +305,33 @@ print("ok   hiq bench serve --compare: 10 paired runs, forward then backward; ev
 PY
 for args in "--compare int8/3|--record-align must be a power of two" "--compare int3|unknown codec 'int3'" \
             "--compare bf16,,int8|an empty entry" "--compare int8/x|the alignment after '/'" \
-            "--compare int8,int8|given twice" "--compare k=int8,v=int9|unknown codec 'int9'"; do
+            "--compare int8,int8|given twice" "--compare k=int8,v=int9|unknown codec 'int9'" \
+            "--compare int8@cpu|int8 is not a ladder" "--compare tiered:int8,int4h@tpu|not '@tpu'" \
+            "--compare tiered:int8,int4h@gpu|needs device cuda"; do
   if "$HIQ" bench serve --model "$MODEL" ${args%%|*} >/dev/null 2>"$TMP/compare.err"; then
     echo "FAIL: hiq bench serve ${args%%|*} was accepted" >&2; exit 1
   fi
   grep -qF -- "${args#*|}" "$TMP/compare.err" || { cat "$TMP/compare.err" >&2; echo "FAIL: ${args%%|*}" >&2; exit 1; }
 done
 echo "ok   hiq bench serve --compare: bad configurations refused, each naming its entry"
+
+# A ladder's entry may say where it demotes: "@cpu" runs the same ladder on
+# host threads, beside the default, in one process and one balanced order.
+"$HIQ" bench serve --model "$MODEL" --max-total-tokens 320 --hicache-tokens 1024 --gsp-num-groups 12 \
+  --gsp-prompts-per-group 3 --gsp-system-prompt-len 96 --gsp-question-len 8 --gsp-output-len 4 --max-concurrency 2 \
+  --compare int4h,tiered:int8,int4h@cpu,tiered:int8,int4h --no-warmup --json >"$TMP/ladder.jsonl" \
+  2>"$TMP/ladder.err" || { cat "$TMP/ladder.err" >&2; echo "FAIL: hiq bench serve --compare …@cpu" >&2; exit 1; }
+python3 - "$TMP/ladder.jsonl" <<'PY'
+import json, sys
+runs = {r["config"]: r for r in map(json.loads, open(sys.argv[1]))}
+assert sorted(runs) == ["int4h", "tiered:int8,int4h", "tiered:int8,int4h@cpu"], sorted(runs)
+for label in ("tiered:int8,int4h", "tiered:int8,int4h@cpu"):
+    s = runs[label]["server"]
+    assert s["l2_codec"] == "tiered:int8,int4h" and s["demotion"]["device"] == "cpu", s
+    assert s["demotion"]["tokens"] > 0 and s["rungs"][1]["load_back_tokens"] > 0, s
+assert "demotion" not in runs["int4h"]["server"], runs["int4h"]["server"]
+PY
+echo "ok   hiq bench serve --compare tiered:int8,int4h@cpu: the ladder demotes on host threads, and restores its last rung"
 
 # Chat completions need a tokenizer with ChatML's tokens: a second server on
 # a tiny random checkpoint written here, with the Qwen2-style test tokenizer.

@@ -33,12 +33,14 @@ namespace hiq::cli {
 namespace {
 
 // One host-tier configuration of --compare: "none" (no L2), a codec, or
-// codec/align ("int8/128").
+// codec/align ("int8/128"); a ladder may end in @device, where its
+// demotions run ("tiered:int8,int4h@cpu").
 struct TierConfig {
   std::string label;
   bool hicache = true;
   std::string codec;
   int64_t record_align = 0;
+  std::string demotion_device;  // empty: --hicache-demotion-device's
 };
 
 struct BenchServeFlags {
@@ -66,13 +68,24 @@ Result<std::vector<TierConfig>> parse_compare(const std::string& list, int64_t d
       c.codec = "bf16";
       c.record_align = default_align;
     } else {
-      const size_t slash = item.find('/');
-      c.codec = item.substr(0, slash);
+      const size_t at = item.find('@');
+      const std::string tier = item.substr(0, at);
+      const size_t slash = tier.find('/');
+      c.codec = tier.substr(0, slash);
       HostKvPoolOptions parsed;
       HIQ_RETURN_IF_ERROR(parse_host_codec(c.codec, parsed).with_context("--compare " + item));
+      if (at != std::string::npos) {
+        c.demotion_device = item.substr(at + 1);
+        if (parsed.demotion.empty())
+          return invalid_argument("--compare " + item + ": '@" + c.demotion_device +
+                                  "' says where a ladder's demotions run, and " + c.codec + " is not a ladder");
+        if (!parse_demotion_device(c.demotion_device))
+          return invalid_argument("--compare " + item + ": a ladder demotes @auto, @cpu or @gpu, not '@" +
+                                  c.demotion_device + "'");
+      }
       c.record_align = default_align;
       if (slash != std::string::npos) {
-        const std::string align = item.substr(slash + 1);
+        const std::string align = tier.substr(slash + 1);
         if (align.empty() || align.find_first_not_of("0123456789") != std::string::npos || align.size() > 6)
           return invalid_argument("--compare " + item + ": the alignment after '/' must be a number of bytes");
         c.record_align = std::stoll(align);
@@ -279,6 +292,7 @@ Result<ServeConfig> config_for(const ServeFlags& base, const TierConfig& c) {
   flags.host.none = !c.hicache;
   flags.host.codec = c.codec;
   flags.host.record_align = c.record_align;
+  if (!c.demotion_device.empty()) flags.demotion_device = c.demotion_device;
   auto config = build_stack_config(flags);
   if (!config) return config.status().with_context("--compare " + c.label);
   return config;
@@ -476,7 +490,7 @@ std::function<int()> add_bench_serve_command(CLI::App& bench) {
       ->capture_default_str();
   app->add_option("--compare", f->compare,
                   "In-process: run once per host tier, e.g. none,bf16,int8,int8/128,fp8,int4,int4h,k=int8,v=int4h "
-                  "(codec/align; k=…,v=… is one tier)");
+                  "(codec/align; k=…,v=… is one tier), or tiered:int8,int4h@cpu (a ladder, @ where it demotes)");
   before = app->get_options().size();
   app->add_option("--repeats", f->repeats,
                   "--compare: runs of each configuration; twice the number of configurations puts each one at "

@@ -61,12 +61,13 @@ std::vector<std::string> join_kv_codec_items(const std::vector<std::string>& ite
   for (size_t i = 0; i < items.size(); ++i) {
     if (items[i].starts_with("tiered:")) {
       std::string ladder = items[i];
-      // A suffix such as "/128" ends the ladder.
-      const auto codec_of = [](std::string_view item) { return parse_codec(item.substr(0, item.find('/'))); };
+      // A suffix such as "/128" or "@cpu" ends the ladder.
+      const auto codec_of = [](std::string_view item) { return parse_codec(item.substr(0, item.find_first_of("/@"))); };
       auto last = codec_of(std::string_view(ladder).substr(ladder.find(':') + 1));
       // A ladder has two rungs or more: the item after its first is always
       // its second (parse_host_codec then says whether it may be).
-      for (size_t rungs = 1; last && ladder.find('/') == std::string::npos && i + 1 < items.size(); ++rungs) {
+      for (size_t rungs = 1; last && ladder.find_first_of("/@") == std::string::npos && i + 1 < items.size();
+           ++rungs) {
         const auto next = codec_of(items[i + 1]);
         if (!next || (rungs >= 2 && codec_value_bits(*next) >= codec_value_bits(*last))) break;
         ladder += "," + items[++i];

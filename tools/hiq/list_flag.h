@@ -71,7 +71,8 @@ Result<std::vector<CodecKind>> parse_codec_list_flag(std::string_view text, std:
 // "k=…,v=…" (text after either, such as "/128", stays where it was); a
 // ladder "tiered:int8" takes the codec name after it, then the next ones
 // while each has fewer bits per value than the one before ("tiered:int8",
-// "int4h", "bf16" become "tiered:int8,int4h" and "bf16").
+// "int4h", "bf16" become "tiered:int8,int4h" and "bf16"), up to the first
+// item with a suffix ("/128", "@cpu").
 std::vector<std::string> join_kv_codec_items(const std::vector<std::string>& items);
 // A list of host-tier codecs: names as above, and K/V pairs written as
 // parse_kv_codecs takes them ("k=int8,v=int4h": a k= item and the v= item

@@ -43,6 +43,9 @@ for cmd in sim serve bench; do
               "--hicache-tokens 512 and --hicache-ratio 3 both size the host tier:--hicache-tokens 512 --hicache-ratio 3" \
               "--hicache-ratio must be a positive number:--hicache-ratio 0" \
               "--hicache-demotion-threads must be from 1 to 256:--hicache-demotion-threads 0" \
+              "--hicache-demotion-watermark must be a fraction from 0 to 0.5 (got 0.75):--hicache-demotion-watermark 0.75" \
+              "--hicache-demotion-watermark must be a fraction from 0 to 0.5 (got -0.1):--hicache-demotion-watermark -0.1" \
+              "--hicache-demotion-watermark must be a fraction from 0 to 0.5 (got nan):--hicache-demotion-watermark nan" \
               "each rung of a ladder must have fewer bits per value:--hicache-codec tiered:int4h,int8"; do
     want="${case%%:*}" flags="${case#*:}"
     rc=0

@@ -35,6 +35,7 @@ struct HostTierFlags {
   int64_t record_align = static_cast<int64_t>(kDefaultRecordAlign);  // --record-align
   bool none = false;                           // --no-hicache
   int64_t demotion_threads = RadixCacheOptions{}.demotion_threads;  // --hicache-demotion-threads (a ladder)
+  double demotion_watermark = RadixCacheOptions{}.demotion_watermark;  // --hicache-demotion-watermark (a ladder)
   // The command's defaults; set them before registering.
   std::string default_size = "0";  // the budget when neither size nor ratio is typed; "0": by ratio
   double default_ratio = 2.0;      // the ratio when the budget is by ratio and none is typed (SGLang's)
@@ -72,6 +73,10 @@ inline void add_host_tier_flags(CLI::App* app, HostTierFlags& flags) {
   app->add_option("--hicache-demotion-threads", f->demotion_threads,
                   "A ladder (tiered:…): threads that demote cold nodes")
       ->capture_default_str();
+  app->add_option("--hicache-demotion-watermark", f->demotion_watermark,
+                  "A ladder (tiered:…): demote ahead of need while less than this fraction of L2 is free, up to "
+                  "twice it (0: demote only when an allocation needs the room)")
+      ->capture_default_str();
 }
 
 // --record-align: a power of two from 1 to kMaxRecordAlign.
@@ -90,6 +95,10 @@ inline Status apply_host_cache_flags(const HostTierFlags& f, RadixCacheOptions& 
     return invalid_argument("--hicache-demotion-threads must be from 1 to 256 (got " +
                             std::to_string(f.demotion_threads) + ")");
   o.demotion_threads = static_cast<int>(f.demotion_threads);
+  if (!(f.demotion_watermark >= 0 && f.demotion_watermark <= 0.5))  // NaN fails both
+    return invalid_argument("--hicache-demotion-watermark must be a fraction from 0 to 0.5 (got " +
+                            format_ratio(f.demotion_watermark) + ")");
+  o.demotion_watermark = f.demotion_watermark;
   return Status::ok();
 }
 

@@ -414,6 +414,53 @@ TEST(RadixCacheLadder, AWorkingSetBeyondRungZeroIsServedAsTheLastRungAlone) {
   EXPECT_EQ(int8.stats.fragmented_allocations + int4h.stats.fragmented_allocations, 0u) << "one codec never fragments";
 }
 
+// While a working set grows, no hit can yet be seen as far back as later
+// ones will be: the band's estimate is short. Here each step adds a prompt
+// and reads one a third of the way back, so reads reach ever farther, and
+// at the end every prompt is read again. The tier holds all sixteen at
+// int4h, so int4h alone keeps every one: while the farthest hit still
+// grows, a ladder demotes the band rather than drop for it. (Dropping the
+// least recently used prompts outside the band, as the ladder did, lost
+// two that the last reads wanted.)
+TEST(RadixCacheLadder, NothingIsDroppedForTheBandWhileItsEstimateStillGrows) {
+  const size_t prefix = 16, prompts = 16;
+  for (const char* codec : {"int4h", "tiered:int8,int4h"}) {
+    SCOPED_TRACE(codec);
+    RadixCacheOptions o;
+    o.demotion_threads = 0;    // inline: the same decisions every run
+    o.demotion_watermark = 0;  // only allocations demote
+    HostKvPoolOptions spec;
+    ASSERT_TRUE(parse_host_codec(codec, spec).is_ok());
+    const KvGeometry g = tiny_geometry(1);
+    const uint64_t int4h_token =
+        2 * g.num_layers * RecordLayout::compute(CodecKind::kInt4H, {1, 16}, kDefaultRecordAlign).record_bytes;
+    Harness h(spec.codec, 1, /*l1_slots=*/4 * prefix, 0, o, 2, RecordOrder::kTokenMajor, spec.demotion,
+              prompts * prefix * int4h_token);
+    ASSERT_EQ(h.l2->free_tokens(h.l2->rungs() - 1), prompts * prefix) << "room for every prompt at int4h, no more";
+    const auto text = [&](size_t i) {
+      std::vector<TokenId> t(prefix);
+      for (size_t k = 0; k < prefix; ++k) t[k] = static_cast<TokenId>((i * 131 + k * 7) % 997);
+      return t;
+    };
+    const auto step = [&](size_t i, bool use_host) {
+      ASSERT_TRUE(serve(h, text(i), use_host));
+      h.cache->drain_transfers();
+      h.cache->evict_l1(h.cache->l1_tokens());
+      ASSERT_TRUE(h.cache->check_invariants().is_ok()) << "prompt " << i;
+    };
+    for (size_t i = 0; i < prompts; ++i) {
+      step(i, false);
+      if (i > 0) step(i - 1 - (i - 1) / 3, true);  // a third of the way back: ever farther
+    }
+    for (size_t i = 0; i < prompts; ++i)
+      EXPECT_EQ(h.cache->cached_prefix(text(i)).host, prefix) << "prompt " << i << " was dropped";
+    EXPECT_EQ(h.cache->stats().l2_evicted_tokens, 0u);
+    if (h.l2->rungs() > 1) {
+      EXPECT_GT(h.cache->stats().demoted_tokens[1], 0u) << "the case must need room";
+    }
+  }
+}
+
 // A ladder's granule is a last-rung token, and an upper rung's token takes
 // whole granules: a token demoted in place frees whole last-rung tokens, so
 // the last rung finds room wherever the free granules are. (When the

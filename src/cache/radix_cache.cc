@@ -433,11 +433,16 @@ int RadixCache::backup_rung(size_t tokens) const {
   return rung0 ? 0 : l2_->rungs() - 1;
 }
 
+bool RadixCache::band_settled() const { return 2 * hits_since_farthest_grew_ >= reuse_distances_.size(); }
+
 void RadixCache::record_reuse(uint64_t since) {
   uint64_t distance = 0;
   for_each_below(static_cast<const RadixNode*>(root_.get()), [&](const RadixNode* n) {
     if (!n->l2.empty() && n->last_access >= since) distance += n->size() * l2_->token_stride(0);
   });
+  const bool farther = reuse_distances_.empty() ||
+                       distance > *std::max_element(reuse_distances_.begin(), reuse_distances_.end());
+  hits_since_farthest_grew_ = farther ? 0 : hits_since_farthest_grew_ + 1;
   reuse_distances_.push_back(distance);
   while (reuse_distances_.size() > std::max<size_t>(options_.reuse_window, 1)) reuse_distances_.pop_front();
 }
@@ -515,6 +520,13 @@ bool RadixCache::make_l2_room(size_t tokens, int rung, bool may_wait) {
     // Rung 0's band (a walk of the tree: only when room is still wanted),
     // the allocation itself counted in it when at rung 0.
     const uint64_t band = band_from(rung == 0 ? uint64_t{tokens} * l2_->token_stride(0) : 0);
+    // A drop that keeps the band bets that what lies beyond the band's reach
+    // is dead. While the farthest hit still grows (a working set growing,
+    // whose hits cannot yet be seen as far back as later ones will be) that
+    // bet is not made if every token, the new ones included, would fit at
+    // the last rung: the band is demoted instead, and nothing is dropped.
+    const bool keep_hits = !band_settled() && l2_->used_tokens() + tokens <= l2_->num_slots();
+    const uint64_t demotable_from = keep_hits ? kNoBand : band;
     if (rung == last || !may_wait) {
       // Outside the band (backup_rung), or with no wait allowed: demotion is
       // started but not waited for; the least recently used nodes at the
@@ -522,17 +534,17 @@ bool RadixCache::make_l2_room(size_t tokens, int rung, bool may_wait) {
       // free it (then the allocation waits below, or fails if it may not:
       // start_backup tries the last rung, then waits).
       uint64_t pending = demotion_bytes_pending();
-      if (pending < wanted) pending += start_demotions(wanted - pending, band);
+      if (pending < wanted) pending += start_demotions(wanted - pending, demotable_from);
       if (apply_finished_demotions() > 0) return true;  // an inline engine is done already
       // Nothing is dropped for room that demotions under way will free.
-      if (pending < wanted && evict_l2_from(short_by, last, band) > 0) return true;
+      if (pending < wanted && !keep_hits && evict_l2_from(short_by, last, band) > 0) return true;
     } else {
       // Outside the band, demote before any drop: a demotion under way, the
       // oldest, is waited for; else more are started; then the last rung's
       // least recently used go.
       if (!demotions_.empty() && settle_oldest()) return true;
-      if (start_demotions(wanted, band) > 0 && settle_oldest()) return true;
-      if (evict_l2_from(short_by, last, band) > 0) return true;
+      if (start_demotions(wanted, demotable_from) > 0 && settle_oldest()) return true;
+      if (!keep_hits && evict_l2_from(short_by, last, band) > 0) return true;
     }
     if (!may_wait) return false;
     // Then the band itself, demoted before any drop. When a demotion fails,

@@ -29,7 +29,10 @@
 // topped up to the room it needs, and the last rung's least recently used
 // nodes outside the band are dropped only when those demotions cannot free
 // it (a rung-0 backup may so drop a cold last-rung node although the last
-// rung had room for the new one: outside the band, hits are not expected).
+// rung had room for the new one: outside the band, hits are not expected),
+// and only once the band's estimate has settled (band_settled) or the tier
+// could not hold every token even at the last rung; before, the band
+// itself is demoted.
 // Then it asks at the last rung, then waits for the oldest demotion: demote
 // before drop, even at the cost of a wait. (A demotion of a 2,048-token node takes the GPU about 20 ms and a
 // host thread about 0.2 s, and the cache runs on the scheduler's thread: a
@@ -393,6 +396,9 @@ class RadixCache {
   // kNoBand when it holds none.
   static constexpr uint64_t kNoBand = UINT64_MAX;
   uint64_t band_from(uint64_t reserve) const;
+  // Whether the band's estimate has stopped growing: half the window's hits
+  // came since one was farther than every hit before it.
+  bool band_settled() const;
   // Records the reuse distance of a host hit on nodes last accessed at `since`.
   void record_reuse(uint64_t since);
   // evict_l2 of the nodes at `min_rung` or below it, last accessed before
@@ -420,6 +426,7 @@ class RadixCache {
   std::unique_ptr<DemotionEngine> demoter_;  // a tiered pool only
   std::vector<Demotion> demotions_;
   std::deque<uint64_t> reuse_distances_;     // the last reuse_window host hits' (rung-0 bytes)
+  size_t hits_since_farthest_grew_ = 0;      // host hits since one was farther than all in the window
   uint64_t demote_ahead_idle_at_ = 0;        // clock_ when demoting ahead last found nothing to demote
   size_t l1_tokens_ = 0, l2_tokens_ = 0;
   uint64_t clock_ = 0;  // logical time: the order of accesses is all LRU needs

@@ -892,9 +892,21 @@ TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
   if (c.policy != WritePolicy::kWriteThroughSelective) {
     EXPECT_GT(restored, 0u) << "the host tier was never used";
   }
+  // Every rung is reached. With inline demotion (the same decisions every
+  // run) every rung is restored from too; with worker threads, which node a
+  // restore finds at which rung depends on their timing, and a middle rung's
+  // nodes may all have gone on down before a hit: then the rungs below
+  // rung 0 are restored from, together.
+  size_t below_rung0 = 0;
   for (size_t rung = 1; rung <= c.demotion.size(); ++rung) {
     EXPECT_GT(h.cache->stats().demoted_tokens[rung], 0u) << "nothing reached rung " << rung;
-    EXPECT_GT(h.cache->stats().load_back_rung_tokens[rung], 0u) << "nothing was restored from rung " << rung;
+    below_rung0 += h.cache->stats().load_back_rung_tokens[rung];
+    if (c.demotion_threads == 0) {
+      EXPECT_GT(h.cache->stats().load_back_rung_tokens[rung], 0u) << "nothing was restored from rung " << rung;
+    }
+  }
+  if (!c.demotion.empty()) {
+    EXPECT_GT(below_rung0, 0u) << "nothing was restored from below rung 0";
   }
   h.cache->clear();
   EXPECT_EQ(h.l1->allocator().used_count(), 0u);

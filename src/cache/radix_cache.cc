@@ -525,7 +525,8 @@ bool RadixCache::make_l2_room(size_t tokens, int rung, bool may_wait) {
     // whose hits cannot yet be seen as far back as later ones will be) that
     // bet is not made if every token, the new ones included, would fit at
     // the last rung: the band is demoted instead, and nothing is dropped.
-    const bool keep_hits = !band_settled() && l2_->used_tokens() + tokens <= l2_->num_slots();
+    const bool keep_hits =
+        band != kNoBand && !band_settled() && l2_->used_tokens() + tokens <= l2_->num_slots();
     const uint64_t demotable_from = keep_hits ? kNoBand : band;
     if (rung == last || !may_wait) {
       // Outside the band (backup_rung), or with no wait allowed: demotion is

@@ -32,11 +32,11 @@
 // rung had room for the new one: outside the band, hits are not expected),
 // and only once the band's estimate has settled (band_settled) or the tier
 // could not hold every token even at the last rung; before, the band
-// itself is demoted.
-// Then it asks at the last rung, then waits for the oldest demotion: demote
-// before drop, even at the cost of a wait. (A demotion of a 2,048-token node takes the GPU about 20 ms and a
-// host thread about 0.2 s, and the cache runs on the scheduler's thread: a
-// wait stalls every request, a drop costs a prefix's hits.) It starts more
+// itself is demoted. Then it asks at the last rung, then waits for the
+// oldest demotion: demote before drop, even at the cost of a wait. (A
+// demotion of a 2,048-token node takes the GPU about 20 ms and a host
+// thread about 0.2 s, and the cache runs on the scheduler's thread: a wait
+// stalls every request, a drop costs a prefix's hits.) It starts more
 // demotions and waits for the first when none is under way, and drops only
 // when none is left.
 //

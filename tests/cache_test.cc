@@ -91,6 +91,20 @@ struct Harness {
     }
   }
 
+  // The same KV, encoded into L2 records of rung 0 (as storage brings them in).
+  void compute_host(std::span<const TokenId> tokens, size_t from, std::span<const SlotId> slots) {
+    std::vector<uint16_t> row;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const uint64_t h = prefix_hash(tokens, from + i);
+      for (int layer = 0; layer < geometry.num_layers; ++layer)
+        for (KvPart part : {KvPart::kK, KvPart::kV}) {
+          row.resize(l1->row_elements(part));
+          expected_row(h, layer, part, row);
+          encode_rows(l2->layout(part, 0), row.data(), row.size(), 1, l2->record(layer, part, slots[i]));
+        }
+    }
+  }
+
   enum class Origin { kComputed, kRestored, kEither };
 
   // Checks that `slots` hold the KV of tokens[from..): as computed, as restored
@@ -153,6 +167,11 @@ bool serve(Harness& h, std::span<const TokenId> tokens, bool use_host, size_t* r
   PrefixMatch m = cache.match_prefix(tokens);
   EXPECT_EQ(peeked.l1, m.l1_slots.size());
   EXPECT_EQ(peeked.host, m.host_tokens);
+  // What the match returns is still in the tree when it returns (the
+  // backups it may start make room elsewhere).
+  const CachedPrefix after = cache.cached_prefix(tokens);
+  EXPECT_EQ(after.l1, m.l1_slots.size());
+  EXPECT_EQ(after.host, m.host_tokens);
   CacheLock lock = cache.lock(m.l1_node);
   EXPECT_TRUE(h.holds(tokens, 0, m.l1_slots, Harness::Origin::kEither));
   std::vector<SlotId> slots = m.l1_slots;
@@ -268,6 +287,56 @@ TEST(RadixCache, SelectiveWriteThroughBacksUpAfterEnoughHits) {
   (void)h.cache->match_prefix(a);  // hit 2: backed up
   h.cache->drain_transfers();
   EXPECT_EQ(h.cache->l2_tokens(), 4u);
+}
+
+// A match under selective write-through backs up the L1 nodes it touched,
+// and a backup makes its room in a full L2 by dropping (or demoting) host-only
+// nodes nothing locks. The host part of the path being matched is such a
+// node — here brought in from storage below a prefix that was never backed
+// up — and the match returns it to be restored: it must still be there. (It
+// was dropped, and the match and load_back read the freed node.) On one codec
+// and on a ladder whose demoter has already sent it to the last rung.
+TEST(RadixCache, ASelectiveBackupInAMatchDoesNotTakeTheMatchedHostPart) {
+  for (const bool ladder : {false, true}) {
+    SCOPED_TRACE(ladder ? "tiered:int8,int4h" : "int8");
+    RadixCacheOptions o;
+    o.write_policy = WritePolicy::kWriteThroughSelective;
+    o.write_through_threshold = 1;
+    o.demotion_threads = 0;
+    o.demotion_watermark = 0.5;
+    const KvGeometry g = tiny_geometry(1);
+    const uint64_t int8_bytes =
+        2 * g.num_layers * RecordLayout::compute(CodecKind::kInt8, {1, 16}, kDefaultRecordAlign).record_bytes;
+    // L2: four tokens at int8, for the ladder too.
+    Harness h(CodecKind::kInt8, 1, 32, ladder ? 0 : 4, o, 2, ladder ? RecordOrder::kTokenMajor : RecordOrder::kLayerMajor,
+              ladder ? std::vector<CodecKind>{CodecKind::kInt4H} : std::vector<CodecKind>{}, ladder ? 4 * int8_bytes : 0);
+    ASSERT_TRUE(h.cache);
+    const std::vector<TokenId> xy = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    ASSERT_TRUE(serve(h, std::span(xy).first(6), false));  // X: in L1, never hit, so never backed up
+    h.cache->drain_transfers();
+    ASSERT_EQ(h.cache->l2_tokens(), 0u);
+    auto y = h.cache->allocate_l2(4);  // Y below it, as storage brings it: L2 is full
+    ASSERT_TRUE(y.is_ok()) << y.status().to_string();
+    h.compute_host(xy, 6, *y);
+    ASSERT_EQ(h.cache->insert_host(xy, 6, *y), 4u);
+    if (ladder) {  // demoting ahead sends Y to the last rung
+      h.cache->poll_transfers();
+      h.cache->drain_transfers();
+      ASSERT_EQ(h.cache->stats().demoted_tokens[1], 4u);
+    }
+    const PrefixMatch m = h.cache->match_prefix(xy);  // X's first hit: its backup is due, and has no room
+    EXPECT_EQ(m.l1_slots.size(), 6u);
+    ASSERT_EQ(m.host_tokens, 4u);
+    EXPECT_EQ(h.cache->cached_prefix(xy).host, 4u) << "the match's own host part was dropped";
+    EXPECT_EQ(h.cache->stats().l2_evicted_tokens, 0u);
+    EXPECT_TRUE(h.cache->check_invariants().is_ok()) << h.cache->check_invariants().to_string();
+    h.cache->drain_transfers();
+    size_t restored = 0;
+    ASSERT_TRUE(serve(h, xy, true, &restored));  // and it restores Y's KV
+    EXPECT_EQ(restored, 4u);
+    h.cache->drain_transfers();
+    EXPECT_TRUE(h.cache->check_invariants().is_ok()) << h.cache->check_invariants().to_string();
+  }
 }
 
 TEST(RadixCache, HostTierFullEvictsLeastRecentlyUsedHostLeaves) {
@@ -798,6 +867,7 @@ struct RandomCase {
   RecordOrder order = RecordOrder::kLayerMajor;
   std::vector<CodecKind> demotion = {};  // a ladder below `codec`
   int demotion_threads = 0;
+  size_t l2_slots = 160;                 // L1 holds 96
 };
 
 // A storage tier over `backend` for a harness's cache (synchronous: deterministic).
@@ -835,7 +905,7 @@ TEST_P(RadixCacheRandom, ThousandsOfStepsKeepInvariantsAndServeOnlyRightKv) {
   // records alike, and a ladder whose rung frees nothing is refused:
   // three rungs get unpadded records, each rung then smaller than the last.
   const size_t align = c.demotion.size() > 1 ? 1 : kDefaultRecordAlign;
-  Harness h(c.codec, c.page_size, /*l1_slots=*/96, /*l2_slots=*/160, o, /*workers=*/2, c.order, c.demotion,
+  Harness h(c.codec, c.page_size, /*l1_slots=*/96, c.l2_slots, o, /*workers=*/2, c.order, c.demotion,
             /*l2_bytes=*/0, align);
   ASSERT_NE(h.l2, nullptr);
   std::unique_ptr<StorageBackend> backend;
@@ -938,7 +1008,11 @@ INSTANTIATE_TEST_SUITE_P(
                       RandomCase{CodecKind::kInt8, 2, WritePolicy::kWriteBack, EvictionPolicy::kLru, false,
                                  RecordOrder::kTokenMajor, {CodecKind::kInt4H}, /*threads=*/2},
                       RandomCase{CodecKind::kBf16, 2, WritePolicy::kWriteThrough, EvictionPolicy::kLru, false,
-                                 RecordOrder::kTokenMajor, {CodecKind::kInt8, CodecKind::kInt4H}, /*threads=*/2}),
+                                 RecordOrder::kTokenMajor, {CodecKind::kInt8, CodecKind::kInt4H}, /*threads=*/2},
+                      // Selective backups start inside a match, in an L2 smaller than L1 that
+                      // storage keeps filling: their room must not come from the matched path.
+                      RandomCase{CodecKind::kInt8, 1, WritePolicy::kWriteThroughSelective, EvictionPolicy::kLru, true,
+                                 RecordOrder::kTokenMajor, {CodecKind::kInt4H}, /*threads=*/0, /*l2_slots=*/16}),
     [](const auto& p) {
       std::string codec = p.param.codec.name();  // "k=int8,v=int4h" → "k_int8_v_int4h"
       std::replace_if(codec.begin(), codec.end(), [](char ch) { return !std::isalnum(static_cast<unsigned char>(ch)); }, '_');

@@ -273,8 +273,14 @@ PrefixMatch RadixCache::match_prefix(std::span<const TokenId> tokens) {
   }
   stats_.hit_tokens_l1 += m.l1_slots.size();
   stats_.hit_tokens_l2 += m.host_tokens;
-  if (options_.write_policy == WritePolicy::kWriteThroughSelective)
+  if (options_.write_policy == WritePolicy::kWriteThroughSelective && !touched.empty()) {
+    // A backup makes its room by dropping or demoting host-only nodes that
+    // nothing locks, and the path's own host part, which the match returns
+    // to be restored, is such a node until the caller locks it: held here
+    // while the backups start.
+    const CacheLock path = lock(touched.back());
     for (RadixNode* t : touched) maybe_backup(t);
+  }
   return m;
 }
 

@@ -77,32 +77,36 @@ struct Harness {
     cache.reset();  // drains its transfers before the engine goes
   }
 
-  // "Computes" the KV of tokens[from..to) into `slots`.
-  void compute(std::span<const TokenId> tokens, size_t from, std::span<const SlotId> slots) {
+  // Calls write(i, layer, part, row) with the KV row every token tokens[from + i], i < count, should hold.
+  template <typename Write>
+  void for_each_expected_row(std::span<const TokenId> tokens, size_t from, size_t count, Write write) {
     std::vector<uint16_t> row;
-    for (size_t i = 0; i < slots.size(); ++i) {
+    for (size_t i = 0; i < count; ++i) {
       const uint64_t h = prefix_hash(tokens, from + i);
       for (int layer = 0; layer < geometry.num_layers; ++layer)
         for (KvPart part : {KvPart::kK, KvPart::kV}) {
           row.resize(l1->row_elements(part));
           expected_row(h, layer, part, row);
-          std::memcpy(l1->row(layer, part, slots[i]), row.data(), row.size() * 2);
+          write(i, layer, part, row);
         }
     }
   }
 
+  // "Computes" the KV of tokens[from..to) into `slots`.
+  void compute(std::span<const TokenId> tokens, size_t from, std::span<const SlotId> slots) {
+    for_each_expected_row(tokens, from, slots.size(),
+                          [&](size_t i, int layer, KvPart part, std::span<const uint16_t> row) {
+                            std::memcpy(l1->row(layer, part, slots[i]), row.data(), row.size() * 2);
+                          });
+  }
+
   // The same KV, encoded into L2 records of rung 0 (as storage brings them in).
   void compute_host(std::span<const TokenId> tokens, size_t from, std::span<const SlotId> slots) {
-    std::vector<uint16_t> row;
-    for (size_t i = 0; i < slots.size(); ++i) {
-      const uint64_t h = prefix_hash(tokens, from + i);
-      for (int layer = 0; layer < geometry.num_layers; ++layer)
-        for (KvPart part : {KvPart::kK, KvPart::kV}) {
-          row.resize(l1->row_elements(part));
-          expected_row(h, layer, part, row);
-          encode_rows(l2->layout(part, 0), row.data(), row.size(), 1, l2->record(layer, part, slots[i]));
-        }
-    }
+    for_each_expected_row(tokens, from, slots.size(),
+                          [&](size_t i, int layer, KvPart part, std::span<const uint16_t> row) {
+                            encode_rows(l2->layout(part, 0), row.data(), row.size(), 1,
+                                        l2->record(layer, part, slots[i]));
+                          });
   }
 
   enum class Origin { kComputed, kRestored, kEither };
@@ -308,8 +312,9 @@ TEST(RadixCache, ASelectiveBackupInAMatchDoesNotTakeTheMatchedHostPart) {
     const uint64_t int8_bytes =
         2 * g.num_layers * RecordLayout::compute(CodecKind::kInt8, {1, 16}, kDefaultRecordAlign).record_bytes;
     // L2: four tokens at int8, for the ladder too.
-    Harness h(CodecKind::kInt8, 1, 32, ladder ? 0 : 4, o, 2, ladder ? RecordOrder::kTokenMajor : RecordOrder::kLayerMajor,
-              ladder ? std::vector<CodecKind>{CodecKind::kInt4H} : std::vector<CodecKind>{}, ladder ? 4 * int8_bytes : 0);
+    const RecordOrder order = ladder ? RecordOrder::kTokenMajor : RecordOrder::kLayerMajor;
+    const std::vector<CodecKind> demotion = ladder ? std::vector{CodecKind::kInt4H} : std::vector<CodecKind>{};
+    Harness h(CodecKind::kInt8, 1, 32, ladder ? 0 : 4, o, 2, order, demotion, ladder ? 4 * int8_bytes : 0);
     ASSERT_TRUE(h.cache);
     const std::vector<TokenId> xy = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     ASSERT_TRUE(serve(h, std::span(xy).first(6), false));  // X: in L1, never hit, so never backed up

@@ -146,9 +146,17 @@ TEST_F(QualityTest, WorkloadModeRestoresFromTheRungsThePolicyLeft) {
   EXPECT_EQ(tiered.restored_rung_tokens[0] + tiered.restored_rung_tokens[1], tiered.restored_tokens);
   EXPECT_GT(tiered.restored_rung_tokens[1], 0u);
   EXPECT_EQ(tiered.restored_tokens, 6 * options_.prefix_len);
-  // Each score names its text: texts 0–5, read once, in order.
+  // Each score names its text: texts 0–5, read once, in order; and the
+  // rungs its prefix came from, which add up to the tier's.
   ASSERT_EQ(tiered.scores.size(), 6u);
-  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(tiered.scores[i].text, i);
+  std::vector<uint64_t> rung_sums(2);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(tiered.scores[i].text, i);
+    ASSERT_EQ(tiered.scores[i].rung_tokens.size(), 2u);
+    EXPECT_EQ(tiered.scores[i].rung_tokens[0] + tiered.scores[i].rung_tokens[1], options_.prefix_len);
+    for (size_t r = 0; r < 2; ++r) rung_sums[r] += tiered.scores[i].rung_tokens[r];
+  }
+  EXPECT_EQ(rung_sums, tiered.restored_rung_tokens);
   // bf16 scored only the texts it kept: those are the pairs.
   EXPECT_EQ(paired_perplexity_change(tiered, bf16).pairs, bf16.texts);
 

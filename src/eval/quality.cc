@@ -355,6 +355,11 @@ class Evaluator {
     CacheLock lock = cache.lock(restore.node);  // before anything else changes the tree
     HIQ_RETURN_IF_ERROR(tier.transfer->wait(restore.ticket).with_context(name + " restore"));
     cache.poll_transfers();
+    std::vector<uint64_t> rung_tokens(tier.sums.restored_rung_tokens.size());
+    for (size_t r = 0; r < rung_tokens.size(); ++r) {
+      rung_tokens[r] = cache.stats().load_back_rung_tokens[r] - before.load_back_rung_tokens[r];
+      tier.sums.restored_rung_tokens[r] += rung_tokens[r];
+    }
     const std::vector<SlotId> restored = restore.l1_slots;
     tier.sums.restored_tokens += restored.size();
     tier.sums.restored_bytes += tier.transfer->stats().load_bytes - bytes_before;
@@ -362,7 +367,7 @@ class Evaluator {
     HIQ_ASSIGN_OR_RETURN(std::vector<float> continuation,
                          model_.forward(text.first(P + C), concat(restored, scratch, C), P, true));
     const double nll_change = score_continuation(text, ref.continuation_logits, continuation, tier.sums);
-    tier.sums.scores.push_back({read.text, read.read, nll_change});
+    tier.sums.scores.push_back({read.text, read.read, nll_change, std::move(rung_tokens)});
 
     HIQ_ASSIGN_OR_RETURN(std::vector<float> greedy, model_.forward(greedy_input(text, P, ref.greedy_tokens),
                                                                    concat(restored, scratch, G), P, true));
@@ -373,8 +378,6 @@ class Evaluator {
 
     HIQ_RETURN_IF_ERROR(compare_kv(*model_.l1, prefix, restored, tier.sums));
     ++tier.sums.texts;
-    for (size_t r = 0; r < tier.sums.restored_rung_tokens.size(); ++r)
-      tier.sums.restored_rung_tokens[r] += cache.stats().load_back_rung_tokens[r] - before.load_back_rung_tokens[r];
     return Status::ok();
   }
 

@@ -108,6 +108,7 @@ struct TextScore {
   size_t text = 0;
   size_t read = 0;
   double nll_change = 0;
+  std::vector<uint64_t> rung_tokens = {};  // its prefix's tokens restored from each rung of the tier
 };
 
 struct CodecQuality {

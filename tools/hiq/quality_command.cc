@@ -179,7 +179,8 @@ void for_each_pair(const std::vector<CodecQuality>& tiers, F f) {
 
 nlohmann::json scores_json(const std::vector<TextScore>& scores) {
   nlohmann::json out = nlohmann::json::array();
-  for (const TextScore& t : scores) out.push_back({{"text", t.text}, {"read", t.read}, {"nll_change", t.nll_change}});
+  for (const TextScore& t : scores)
+    out.push_back({{"text", t.text}, {"read", t.read}, {"nll_change", t.nll_change}, {"rung_tokens", t.rung_tokens}});
   return out;
 }
 

@@ -4,7 +4,8 @@
 // 16-column blocks, the model's reduction lengths, BF16 and FP32 outputs.
 // Its results are the same bits on a rerun and whichever batch a row comes
 // in. Its fused forms (a normalised input, a residual add, the SiLU gate)
-// give the bits of the separate kernels they replace. Skipped without a GPU.
+// give the bits of the separate kernels they replace. The algorithms Gemms
+// lists for the benchmarks start with the one it runs. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -274,6 +275,45 @@ TEST_F(GpuSkinnyGemmTest, RefusesWhatItCannotTake) {
   EXPECT_FALSE(cuda::launch_skinny_gemm(reinterpret_cast<const bf16*>(base), 4, reinterpret_cast<const bf16*>(base), 8,
                                         64, memory->get(), CUDA_R_16BF, nullptr, both)
                    .is_ok());
+}
+
+// The algorithms Gemms lists for a shape: the first is the one run() uses
+// (the same bits), each computes the product, and none needs more workspace
+// than Gemms has.
+TEST_F(GpuSkinnyGemmTest, TheFirstListedAlgorithmIsTheOneRunUsesAndEachComputesTheProduct) {
+  const int m = 256, n = 384, k = 512;
+  const size_t workspace_bytes = size_t{32} << 20;
+  auto workspace = cuda::device_alloc(workspace_bytes, "workspace");
+  ASSERT_TRUE(workspace.is_ok());
+  auto gemms = cuda::Gemms::create(nullptr, workspace->get(), workspace_bytes);
+  ASSERT_TRUE(gemms.is_ok()) << gemms.status().to_string();
+  const Product p{m, n, k, random_bf16(static_cast<size_t>(m) * k, 21), random_bf16(static_cast<size_t>(n) * k, 22)};
+  cuda::DeviceMemory x = upload(p.x), w = upload(p.w);
+  auto y = cuda::device_alloc(static_cast<size_t>(m) * n * sizeof(float), "y");
+  ASSERT_TRUE(y.is_ok());
+  const auto product = [&](const cuda::Gemms::Algorithm* algorithm) {
+    EXPECT_EQ(cudaMemset(y->get(), 0xff, static_cast<size_t>(m) * n * sizeof(float)), cudaSuccess);
+    const Status status =
+        algorithm ? gemms->run_algorithm(*algorithm, as_bf16(x), m, as_bf16(w), n, k, y->get(), CUDA_R_32F)
+                  : gemms->run(as_bf16(x), m, as_bf16(w), n, k, y->get(), CUDA_R_32F);
+    EXPECT_TRUE(status.is_ok()) << status.to_string();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return download(y->get(), static_cast<size_t>(m) * n, CUDA_R_32F);
+  };
+  auto algorithms = gemms->algorithms(m, n, k, CUDA_R_32F, 8);
+  ASSERT_TRUE(algorithms.is_ok()) << algorithms.status().to_string();
+  ASSERT_FALSE(algorithms->empty()) << "cuBLASLt offers no algorithm for a plain BF16 product";
+  EXPECT_LE(algorithms->size(), 8u);
+  EXPECT_EQ(product(&algorithms->front()), product(nullptr)) << algorithms->front().name;
+  const std::vector<double> want = reference(p);
+  for (const cuda::Gemms::Algorithm& algorithm : *algorithms) {
+    EXPECT_LE(algorithm.workspace_bytes, workspace_bytes);
+    EXPECT_FALSE(algorithm.name.empty());
+    const std::vector<float> got = product(&algorithm);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k))) << algorithm.name << ", element " << i;
+  }
+  EXPECT_TRUE(gemms->algorithms(m, n, k, CUDA_R_32F, 0)->empty());
 }
 
 }  // namespace

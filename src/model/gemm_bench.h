@@ -7,6 +7,10 @@
 // rate its weights stream at. The weights rotate over enough copies that they
 // come from device memory, not the L2 cache, as they do in a model whose
 // layers' weights are many times the cache.
+//
+// With `algorithms`, the same products (any row count: a prefill's too) on
+// each of cuBLASLt's best-ranked algorithms, to see how far its first
+// choice is from the fastest.
 #pragma once
 
 #include <functional>
@@ -22,6 +26,11 @@ struct GemmBenchOptions {
   // Qwen3-8B's: hidden size, query and KV projection widths (heads × head_dim), MLP width, vocabulary.
   int hidden = 4096, q_out = 4096, kv_out = 1024, intermediate = 12288, vocab = 151936;
   double seconds_per_measurement = 0.3;
+  // Also time the first this many algorithms cuBLASLt's heuristic ranks for
+  // each product (0: none), and compare each one's result with the first's,
+  // bit for bit: an algorithm that gives other bits could not replace it
+  // without changing the model's numerics.
+  int algorithms = 0;
 };
 
 struct GemmBenchReport {
@@ -33,6 +42,14 @@ struct GemmBenchReport {
     int n = 0, k = 0;
     double cublas_seconds = 0, skinny_seconds = 0;
     double max_abs_difference = 0;  // between the two results
+    struct Algorithm {
+      std::string name;  // cuBLASLt's configuration of it
+      size_t workspace_bytes = 0;
+      double seconds = 0;
+      bool same_bits = false;  // as the heuristic's first, the one the model runs
+      double max_abs_difference = 0;
+    };
+    std::vector<Algorithm> algorithms;  // best-ranked first
   };
   std::vector<Row> products;
 };

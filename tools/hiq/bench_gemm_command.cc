@@ -51,6 +51,13 @@ int run_gemm_bench_command(GemmBenchFlags& f) {
                                  {"skinny_weight_bytes_per_s", weight_rate(r, r.skinny_seconds)},
                                  {"skinny_over_cublas_time", r.skinny_seconds / r.cublas_seconds},
                                  {"max_abs_difference", r.max_abs_difference}});
+    for (size_t i = 0; i < report->products.size(); ++i)
+      for (const auto& a : report->products[i].algorithms)
+        out["products"][i]["algorithms"].push_back({{"name", a.name},
+                                                    {"workspace_bytes", a.workspace_bytes},
+                                                    {"seconds", a.seconds},
+                                                    {"same_bits", a.same_bits},
+                                                    {"max_abs_difference", a.max_abs_difference}});
     std::cout << out.dump(2) << '\n';
     return 0;
   }
@@ -64,6 +71,21 @@ int run_gemm_bench_command(GemmBenchFlags& f) {
                    format_fixed(r.skinny_seconds * 1e6, 1), format_fixed(weight_rate(r, r.skinny_seconds) / 1e12, 2),
                    format_fixed(r.skinny_seconds / r.cublas_seconds, 2), format_fixed(r.max_abs_difference, 4)});
   table.print(std::cout);
+  if (f.options.algorithms > 0) {
+    // TFLOP/s, and time against the heuristic's first choice (what the model runs).
+    std::cout << "\ncuBLASLt's best-ranked algorithms for each product (first: the one the model runs)\n\n";
+    Table algorithms({"rows", "product", "rank", "algorithm", "µs", "TFLOP/s", "÷ first", "same bits", "max |diff|"});
+    for (const auto& r : report->products)
+      for (size_t i = 0; i < r.algorithms.size(); ++i) {
+        const auto& a = r.algorithms[i];
+        algorithms.add_row({std::to_string(r.rows), r.product, std::to_string(i + 1), a.name,
+                            format_fixed(a.seconds * 1e6, 1),
+                            format_fixed(2.0 * r.rows * r.n * static_cast<double>(r.k) / a.seconds / 1e12, 0),
+                            format_fixed(a.seconds / r.algorithms.front().seconds, 3), a.same_bits ? "yes" : "no",
+                            format_fixed(a.max_abs_difference, 4)});
+      }
+    algorithms.print(std::cout);
+  }
   return 0;
 }
 
@@ -74,6 +96,10 @@ std::function<int()> add_bench_gemm_command(CLI::App& bench) {
   CLI::App* app = bench.add_subcommand(
       "gemm", "A decode step's matrix products on cuBLASLt and on the skinny kernel, against a device copy");
   app->add_option("--rows", f->rows, "Comma-separated rows of x (the decode batch)")->capture_default_str();
+  app->add_option("--algorithms", f->options.algorithms,
+                  "Also time cuBLASLt's N best-ranked algorithms for each product, and compare their bits")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   app->add_option("--hidden", f->options.hidden, "Hidden size")->capture_default_str();
   app->add_option("--q-out", f->options.q_out, "Query projection width (heads × head_dim)")->capture_default_str();
   app->add_option("--kv-out", f->options.kv_out, "K or V projection width (KV heads × head_dim)")

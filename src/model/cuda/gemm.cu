@@ -1,6 +1,9 @@
 #include "model/cuda/gemm.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -61,22 +64,10 @@ Result<const Gemms::Plan*> Gemms::plan(int m, int n, int k, cudaDataType_t y_typ
   HIQ_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&y, y_type, n, m, n));
   p.y = decltype(p.y)(y);
 
-  cublasLtMatmulPreference_t preference = nullptr;
-  HIQ_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
-  const uint64_t most_workspace = workspace_bytes_;
-  cublasLtMatmulHeuristicResult_t best{};
-  int found = 0;
-  cublasStatus_t asked = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                              &most_workspace, sizeof(most_workspace));
-  if (asked == CUBLAS_STATUS_SUCCESS)
-    asked = cublasLtMatmulAlgoGetHeuristic(lt_.get(), desc, w, x, y, y, preference, 1, &best, &found);
-  (void)cublasLtMatmulPreferenceDestroy(preference);
-  // No algorithm (CUBLAS_STATUS_NOT_SUPPORTED) is not an error: cublasGemmEx takes the shape.
-  if (asked != CUBLAS_STATUS_SUCCESS && asked != CUBLAS_STATUS_NOT_SUPPORTED)
-    return cublas_status(asked, "cublasLtMatmulAlgoGetHeuristic");
-  p.lt = asked == CUBLAS_STATUS_SUCCESS && found > 0 && best.state == CUBLAS_STATUS_SUCCESS &&
-         best.workspaceSize <= workspace_bytes_;
-  p.algo = best.algo;
+  cublasLtMatmulHeuristicResult_t first{};
+  HIQ_ASSIGN_OR_RETURN(const int found, ranked(p, 1, &first));
+  p.lt = found > 0;
+  p.algo = first.algo;
   if (!p.lt && !logged_fallback_) {
     logged_fallback_ = true;
     log(LogLevel::kWarning, "model",
@@ -84,6 +75,79 @@ Result<const Gemms::Plan*> Gemms::plan(int m, int n, int k, cudaDataType_t y_typ
             std::to_string(k) + "; cublasGemmEx computes it (and any other such shape, not logged again)");
   }
   return &plans_.emplace(key, std::move(p)).first->second;
+}
+
+Result<int> Gemms::ranked(const Plan& p, int most, cublasLtMatmulHeuristicResult_t* out) {
+  cublasLtMatmulPreference_t preference = nullptr;
+  HIQ_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t most_workspace = workspace_bytes_;
+  int found = 0;
+  cublasStatus_t asked = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                              &most_workspace, sizeof(most_workspace));
+  if (asked == CUBLAS_STATUS_SUCCESS)
+    asked = cublasLtMatmulAlgoGetHeuristic(lt_.get(), p.desc.get(), p.w.get(), p.x.get(), p.y.get(), p.y.get(),
+                                           preference, most, out, &found);
+  (void)cublasLtMatmulPreferenceDestroy(preference);
+  // No algorithm (CUBLAS_STATUS_NOT_SUPPORTED) is not an error: cublasGemmEx takes the shape.
+  if (asked == CUBLAS_STATUS_NOT_SUPPORTED) return 0;
+  if (asked != CUBLAS_STATUS_SUCCESS) return cublas_status(asked, "cublasLtMatmulAlgoGetHeuristic");
+  int usable = 0;
+  for (int i = 0; i < found; ++i)
+    if (out[i].state == CUBLAS_STATUS_SUCCESS && out[i].workspaceSize <= workspace_bytes_) out[usable++] = out[i];
+  return usable;
+}
+
+namespace {
+
+// "algo 66 tile 26 stages 17 split-k 1 reduction 0 swizzle 0 cluster 2": what tells two
+// of cuBLASLt's algorithms apart, from its own attributes.
+std::string describe(const cublasLtMatmulAlgo_t& algo) {
+  const auto attribute = [&](cublasLtMatmulAlgoConfigAttributes_t which) {
+    // Attributes are 2 or 4 bytes wide: ask the width, then read it into a zeroed 8 (little-endian).
+    size_t size = 0;
+    uint64_t value = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, which, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS ||
+        size > sizeof(value) ||
+        cublasLtMatmulAlgoConfigGetAttribute(&algo, which, &value, size, &size) != CUBLAS_STATUS_SUCCESS)
+      return std::string("?");
+    return std::to_string(value);
+  };
+  return "algo " + attribute(CUBLASLT_ALGO_CONFIG_ID) + " tile " + attribute(CUBLASLT_ALGO_CONFIG_TILE_ID) +
+         " stages " + attribute(CUBLASLT_ALGO_CONFIG_STAGES_ID) + " split-k " +
+         attribute(CUBLASLT_ALGO_CONFIG_SPLITK_NUM) + " reduction " + attribute(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) +
+         " swizzle " + attribute(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING) +
+         " cluster " + attribute(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
+}
+
+}  // namespace
+
+Result<std::vector<Gemms::Algorithm>> Gemms::algorithms(int m, int n, int k, cudaDataType_t y_type, int most) {
+  HIQ_ASSIGN_OR_RETURN(const Plan* p, plan(m, n, k, y_type));
+  if (most < 1) return std::vector<Algorithm>{};
+  const auto results = std::make_unique<cublasLtMatmulHeuristicResult_t[]>(static_cast<size_t>(most));
+  HIQ_ASSIGN_OR_RETURN(const int found, ranked(*p, most, results.get()));
+  std::vector<Algorithm> out(static_cast<size_t>(found));
+  for (int i = 0; i < found; ++i) {
+    static_assert(sizeof(Algorithm::config) == sizeof(cublasLtMatmulAlgo_t));
+    std::memcpy(out[i].config.data(), &results[i].algo, sizeof(cublasLtMatmulAlgo_t));
+    out[i].workspace_bytes = results[i].workspaceSize;
+    out[i].name = describe(results[i].algo);
+  }
+  return out;
+}
+
+Status Gemms::run_algorithm(const Algorithm& algorithm, const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n,
+                            int k, void* y, cudaDataType_t y_type) {
+  if (!aligned(x) || !aligned(w) || !aligned(y))
+    return invalid_argument("gemm: run_algorithm needs 256-byte aligned operands");
+  HIQ_ASSIGN_OR_RETURN(const Plan* p, plan(m, n, k, y_type));
+  cublasLtMatmulAlgo_t algo;
+  std::memcpy(&algo, algorithm.config.data(), sizeof(algo));
+  const float one = 1.f, zero = 0.f;
+  return cublas_status(cublasLtMatmul(lt_.get(), p->desc.get(), &one, w, p->w.get(), x, p->x.get(), &zero, y,
+                                      p->y.get(), y, p->y.get(), &algo, workspace_, workspace_bytes_,
+                                      stream_),
+                       "cublasLtMatmul");
 }
 
 Status Gemms::run(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k, void* y,

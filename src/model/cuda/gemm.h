@@ -34,9 +34,12 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/status.h"
 #include "cuda/buffers.h"
@@ -60,10 +63,25 @@ class Gemms {
                    const SkinnyFusion& fusion);
   bool fuses(int m) const { return skinny_ != Skinny::kNever && m >= 1 && m <= kSkinnyRows; }
 
+  // The algorithms cuBLASLt's heuristic ranks first for a product shape, at
+  // most `most`, best first: the first is the one run() uses. For the
+  // benchmarks, with run_algorithm() to time or compare each.
+  // (The algorithm is kept as its bytes: nvcc 13's front end fails on a
+  // std::vector of any struct holding cuBLASLt's unnamed algorithm struct.)
+  struct Algorithm {
+    std::array<uint64_t, 8> config{};  // a cublasLtMatmulAlgo_t
+    size_t workspace_bytes = 0;
+    std::string name;  // its configuration: "algo 66 tile 26 stages 17 split-k 1 …"
+  };
+  Result<std::vector<Algorithm>> algorithms(int m, int n, int k, cudaDataType_t y_type, int most);
+  Status run_algorithm(const Algorithm& algorithm, const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n,
+                       int k, void* y, cudaDataType_t y_type);
+
   // Which products the skinny kernel computes: those the rule above gives it
   // (the default), none, or every one it can take (for the benchmarks).
   enum class Skinny { kAuto, kNever, kWhereverPossible };
   void set_skinny(Skinny skinny) { skinny_ = skinny; }
+  cudaStream_t stream() const { return stream_; }
 
  private:
   struct HandleDestroy {
@@ -90,6 +108,9 @@ class Gemms {
   static constexpr size_t kMostPlans = 4096;
 
   Result<const Plan*> plan(int m, int n, int k, cudaDataType_t y_type);
+  // The heuristic's first `most` usable results for a plan's layouts, best
+  // first, into out[0 … most): how many (none is not an error).
+  Result<int> ranked(const Plan& p, int most, cublasLtMatmulHeuristicResult_t* out);
   Status gemm_ex(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k, void* y,
                  cudaDataType_t y_type);
 

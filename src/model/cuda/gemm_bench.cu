@@ -1,6 +1,7 @@
 // `hiq bench gemm` (model/gemm_bench.h).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "cuda/buffers.h"
@@ -15,12 +16,54 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
+// Times each of the heuristic's best-ranked algorithms for the product of m
+// rows (the weights rotating over `copies`), then runs each once more on the
+// first copy to compare its result with the first algorithm's.
+Status time_algorithms(cuda::Gemms& gemms, const bf16* x, int m, const bf16* w, int n, int k, int copies,
+                       cudaDataType_t type, const GemmBenchOptions& o, GemmBenchReport::Row& row) {
+  HIQ_ASSIGN_OR_RETURN(const std::vector<cuda::Gemms::Algorithm> algorithms,
+                       gemms.algorithms(m, n, k, type, o.algorithms));
+  const size_t matrix = size_t(n) * size_t(k), outputs = size_t(m) * n;
+  const size_t bytes = outputs * (type == CUDA_R_32F ? 4 : 2);
+  HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory y, cuda::device_alloc(bytes, "algorithm result"));
+  cudaStream_t stream = gemms.stream();
+  std::vector<float> first;
+  for (const cuda::Gemms::Algorithm& algorithm : algorithms) {
+    GemmBenchReport::Row::Algorithm a;
+    a.name = algorithm.name;
+    a.workspace_bytes = algorithm.workspace_bytes;
+    HIQ_ASSIGN_OR_RETURN(a.seconds, cuda::median_event_seconds(
+                                        [&](int i) {
+                                          return gemms.run_algorithm(algorithm, x, m, w + matrix * (i % copies), n,
+                                                                     k, y.get(), type);
+                                        },
+                                        copies, o.seconds_per_measurement, stream));
+    HIQ_RETURN_IF_ERROR(gemms.run_algorithm(algorithm, x, m, w, n, k, y.get(), type));
+    HIQ_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    HIQ_ASSIGN_OR_RETURN(std::vector<float> result, cuda::download_floats(y.get(), outputs, type == CUDA_R_32F));
+    if (first.empty()) {
+      first = std::move(result);
+      a.same_bits = true;
+    } else {
+      a.same_bits = true;
+      for (size_t i = 0; i < outputs; ++i) {
+        // Bits, not values: 0 and −0, or two NaNs, are not the same result.
+        a.same_bits = a.same_bits && std::memcmp(&first[i], &result[i], sizeof(float)) == 0;
+        a.max_abs_difference = std::max(a.max_abs_difference, std::fabs(double{first[i]} - result[i]));
+      }
+    }
+    row.algorithms.push_back(std::move(a));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions& o, const std::function<void(size_t, size_t)>& progress) {
   if (o.rows.empty()) return invalid_argument("bench gemm: no row counts");
   for (int m : o.rows)
     if (m < 1 || m > 4096) return invalid_argument("bench gemm: row counts must be in 1 … 4096");
+  if (o.algorithms < 0 || o.algorithms > 64) return invalid_argument("bench gemm: algorithms must be in 0 … 64");
   if (o.hidden <= 0 || o.q_out <= 0 || o.kv_out <= 0 || o.intermediate <= 0 || o.vocab <= 0)
     return invalid_argument("bench gemm: the model's sizes must be positive");
   HIQ_ASSIGN_OR_RETURN(const std::vector<cuda::GpuInfo> gpus, cuda::query_gpus());
@@ -70,6 +113,7 @@ Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions& o, const std::fun
   int most_k = 0;
   for (const Product& p : products) most_k = std::max(most_k, p.k);
   HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory x, cuda::random_device_bf16(size_t(most_rows) * most_k, 1, 0.05f, "x"));
+  const auto* x_bf16 = static_cast<const bf16*>(x.get());
   size_t done = 0;
   for (const Product& p : products) {
     const size_t matrix = size_t(p.n) * size_t(p.k);
@@ -104,6 +148,7 @@ Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions& o, const std::fun
                            cuda::download_floats(static_cast<std::byte*>(y.get()) + y_half, size_t(m) * p.n, p.fp32));
       for (size_t i = 0; i < a.size(); ++i)
         row.max_abs_difference = std::max(row.max_abs_difference, std::fabs(double{a[i]} - b[i]));
+      if (o.algorithms > 0) HIQ_RETURN_IF_ERROR(time_algorithms(gemms, x_bf16, m, w, p.n, p.k, copies, type, o, row));
       report.products.push_back(row);
     }
     if (progress) progress(++done, products.size());

@@ -4,8 +4,9 @@
 // groups of 1, 4 and 8, and context slots scattered over the pool. Every
 // output element is poisoned first, so one the kernel skips is an error. The
 // Hopper kernel, in both its forms, runs where the GPU is compute capability
-// 9.0 (it skips elsewhere); the portable one runs on every GPU. Skipped
-// without a GPU.
+// 9.0 (it skips elsewhere); the portable one runs on every GPU, its decode
+// form (a few rows per KV head, the warps splitting each tile) at head dims
+// 64, 128 and 256, with and without context splits. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@ using cuda::AttentionKernel;
 struct Shape {
   int heads, kv_heads;
   std::vector<std::pair<int, int>> sequences;  // (new tokens, cached prefix)
+  int head_dim = 128;
 };
 
 struct Problem {
@@ -39,6 +41,7 @@ Problem make_problem(const Shape& shape, uint32_t seed) {
   Problem p;
   p.heads = shape.heads;
   p.kv_heads = shape.kv_heads;
+  p.head_dim = shape.head_dim;
   int context = 0;
   for (auto [q_len, prefix] : shape.sequences) {
     p.sequences.push_back({p.tokens, q_len, prefix + q_len, context});
@@ -220,6 +223,39 @@ INSTANTIATE_TEST_SUITE_P(Kernels, GpuAttentionTest,
                                return "Portable";
                            }
                          });
+
+// Decode batches: when a sequence's rows for one KV head (q_len × group) fit
+// one warp's 16, the portable kernel's warps split each tile's tokens and
+// merge their softmax states; with the context split across blocks as well
+// (the H200's 132 multiprocessors) and not (one).
+TEST(GpuAttentionDecodeTest, FewRowsPerKvHeadMatchAFloat64ReferenceSplitOrNot) {
+  HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
+  const std::vector<Shape> shapes = {
+      {32, 8, {{1, 0}}},                                           // a one-token context
+      {32, 8, {{1, 2047}}},                                        // Qwen3-8B decoding at 2K
+      {32, 8, {{1, 40}, {1, 63}, {1, 64}, {1, 700}, {1, 4999}}},  // a batch: tile edges, lengths differ
+      {32, 8, {{4, 300}}},                                         // 4 new tokens (16 rows): causal in a tile
+      {64, 8, {{2, 129}}},                                         // groups of 8, 16 rows
+      {8, 8, {{3, 77}}, 64},                                       // no GQA, head_dim 64
+      {16, 2, {{1, 1000}}, 256},                                   // head_dim 256
+  };
+  bool split_seen = false, whole_seen = false;
+  for (const int multiprocessors : {132, 1}) {
+    uint32_t seed = 100;
+    for (const Shape& shape : shapes) {
+      const Problem p = make_problem(shape, seed++);
+      int splits = 0;
+      const std::vector<float> out = run(p, AttentionKernel::kPortable, multiprocessors, &splits);
+      const auto [error, finite] = compare(out, reference(p));
+      EXPECT_TRUE(finite) << "shape " << seed - 1 << ", splits " << splits;
+      EXPECT_LT(error, 1e-2) << "shape " << seed - 1 << ", splits " << splits;
+      split_seen = split_seen || splits > 1;
+      whole_seen = whole_seen || (splits == 1 && p.sequences.front().kv_len >= 1000);
+    }
+  }
+  EXPECT_TRUE(whole_seen) << "no long context ran in one block: the in-block merge alone went untested";
+  EXPECT_TRUE(split_seen) << "no shape split its context: the combine step went untested";
+}
 
 TEST(GpuAttentionChoiceTest, PicksTheSm90KernelOnlyForBatchesThatFillTheGpu) {
   HIQ_SKIP_OR_FAIL_WITHOUT_GPU();

@@ -260,6 +260,187 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
   }
 }
 
+// Decode: when a block's rows (q_len × group) fit one warp's 16, the kernel
+// above would run one warp while three wait on it. This one gives each of
+// its four warps a quarter of every staged tile (16 context tokens) with a
+// softmax state of its own, and merges the four states at the end through
+// shared memory, as the combine step merges splits.
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeRows = kRowsPerWarp;
+template <int D>
+constexpr size_t kDecodeMergeBytes = kDecodeWarps * kDecodeRows * (D + 2) * sizeof(float);
+template <int D>
+constexpr size_t kDecodeSmemBytes = std::max(kSmemBytes<D>, kDecodeMergeBytes<D>);
+
+template <int D>
+__global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(AttentionArgs a) {
+  constexpr int kThreads = kDecodeWarps * 32, kWarpTokens = kTile / kDecodeWarps;
+  static_assert(kWarpTokens == 16, "a warp's share of a tile is one 16-token A fragment of P");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+
+  const int group = a.heads / a.kv_heads;
+  const int seq_index = blockIdx.y / a.kv_heads, kv_head = blockIdx.y % a.kv_heads;
+  const AttentionSequence seq = a.sequences[seq_index];
+  const int rows = seq.q_len * group;  // ≤ kDecodeRows
+  const int split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int first_position = seq.kv_len - seq.q_len;
+  const uint32_t* slots = a.slots + seq.slot_start;
+  const int split_len = (a.max_kv_len + a.splits - 1) / a.splits;
+  const int split_tokens = (split_len + kTile - 1) / kTile * kTile;
+  const int kv_begin = split * split_tokens;
+  const int kv_end = min(min(kv_begin + split_tokens, seq.kv_len), first_position + (rows - 1) / group + 1);
+
+  int row_token[2], row_head[2], row_position[2];
+  bool row_valid[2];
+  for (int h = 0; h < 2; ++h) {
+    const int row = lane / 4 + 8 * h;
+    row_valid[h] = row < rows;
+    row_token[h] = row / group;
+    row_head[h] = kv_head * group + row % group;
+    row_position[h] = row_valid[h] ? first_position + row_token[h] : -1;
+  }
+  uint32_t q_frag[D / 16][4];
+  for (int kk = 0; kk < D / 16; ++kk)
+    for (int half = 0; half < 2; ++half)
+      for (int h = 0; h < 2; ++h) {
+        uint32_t v = 0;
+        if (row_valid[h]) {
+          const __nv_bfloat16* q = a.q + static_cast<int64_t>(seq.q_start + row_token[h]) * a.q_token_stride +
+                                   row_head[h] * D + kk * 16 + half * 8 + (lane % 4) * 2;
+          v = *reinterpret_cast<const uint32_t*>(q);
+        }
+        q_frag[kk][half * 2 + h] = v;
+      }
+
+  float acc[D / 8][4];
+  for (int n = 0; n < D / 8; ++n)
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.f, 0.f};
+  const float scale_log2 = a.scale * kLog2e;
+
+  const int tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTile - 1) / kTile : 0;
+  if (tiles > 0) {
+    load_tile<D, kThreads>(smem, a, slots, kv_begin, kv_end, kv_head);
+    async_commit();
+  }
+  for (int t = 0; t < tiles; ++t) {
+    const int kv0 = kv_begin + t * kTile + warp * kWarpTokens;  // this warp's first token
+    if (t + 1 < tiles) {
+      load_tile<D, kThreads>(smem + ((t + 1) % 2) * kStageElements<D>, a, slots, kv_begin + (t + 1) * kTile, kv_end,
+                             kv_head);
+      async_commit();
+      async_wait<1>();
+    } else {
+      async_wait<0>();
+    }
+    __syncthreads();
+    const __nv_bfloat16* k_rows = smem + (t % 2) * kStageElements<D> + warp * kWarpTokens * kSmemStride<D>;
+    const __nv_bfloat16* v_rows = k_rows + kTile * kSmemStride<D>;
+
+    // S = Q Kᵀ: 16 rows × this warp's 16 tokens.
+    float s[2][4] = {};
+    const int m = lane / 8;  // which 8×8 matrix this lane addresses
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t b[4];
+      ldmatrix_x4(b, k_rows + ((m / 2) * 8 + lane % 8) * kSmemStride<D> + kk * 16 + (m % 2) * 8);
+      mma_bf16(s[0], q_frag[kk], b[0], b[1]);
+      mma_bf16(s[1], q_frag[kk], b[2], b[3]);
+    }
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int token = kv0 + n * 8 + (lane % 4) * 2 + e % 2;
+        const bool visible = token < kv_end && token <= row_position[h];
+        s[n][e] = visible ? s[n][e] * scale_log2 : -INFINITY;
+        tile_max[h] = fmaxf(tile_max[h], s[n][e]);
+      }
+    float correction[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      const float new_max = fmaxf(row_max[h], tile_max[h]);
+      const float base = new_max == -INFINITY ? 0.f : new_max;  // as in attention_kernel
+      correction[h] = fast_exp2(row_max[h] - base);
+      row_max[h] = new_max;
+      row_sum[h] *= correction[h];
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[n][e] = fast_exp2(s[n][e] - base);
+          row_sum[h] += s[n][e];
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] *= correction[e / 2];
+
+    // O += P V over the warp's 16 tokens: P is one A fragment.
+    const uint32_t p[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]), pack_bf16(s[1][0], s[1][1]),
+                           pack_bf16(s[1][2], s[1][3])};
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, v_rows + ((m % 2) * 8 + lane % 8) * kSmemStride<D> + (n + m / 2) * 8);
+      mma_bf16(acc[n], p, b[0], b[1]);
+      mma_bf16(acc[n + 1], p, b[2], b[3]);
+    }
+    __syncthreads();  // the stage is overwritten by the load two tiles on
+  }
+
+  // Merge the warps: each leaves its max, sum and unnormalised output per
+  // row in shared memory (the stages are free: the loop ended on a barrier).
+  auto* merge_out = reinterpret_cast<float*>(smem_raw);              // [warp][row][D]
+  float* merge_stats = merge_out + kDecodeWarps * kDecodeRows * D;   // [warp][row] (max, sum)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+    const int row = lane / 4 + 8 * h;
+    float* out = merge_out + (warp * kDecodeRows + row) * D;
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(out + n * 8 + (lane % 4) * 2) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+    if (lane % 4 == 0) {
+      merge_stats[(warp * kDecodeRows + row) * 2] = row_max[h];
+      merge_stats[(warp * kDecodeRows + row) * 2 + 1] = row_sum[h];
+    }
+  }
+  __syncthreads();
+  const int64_t rows_total = static_cast<int64_t>(a.num_tokens) * a.heads;
+  for (int i = threadIdx.x; i < rows * D; i += kThreads) {
+    const int row = i / D, d = i % D;
+    float most = -INFINITY;
+    for (int w = 0; w < kDecodeWarps; ++w) most = fmaxf(most, merge_stats[(w * kDecodeRows + row) * 2]);
+    const float base = most == -INFINITY ? 0.f : most;
+    float value = 0.f, total = 0.f;
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float weight = fast_exp2(merge_stats[(w * kDecodeRows + row) * 2] - base);
+      value += weight * merge_out[(w * kDecodeRows + row) * D + d];
+      total += weight * merge_stats[(w * kDecodeRows + row) * 2 + 1];
+    }
+    const int64_t out_row = static_cast<int64_t>(seq.q_start + row / group) * a.heads + kv_head * group + row % group;
+    if (a.splits == 1) {
+      a.out[out_row * D + d] = __float2bfloat16_rn(total > 0.f ? value / total : 0.f);
+    } else {
+      a.workspace[(split * rows_total + out_row) * D + d] = value;
+      if (d == 0) {
+        float* stats = a.workspace + a.splits * rows_total * D + (split * rows_total + out_row) * 2;
+        stats[0] = most;
+        stats[1] = total;
+      }
+    }
+  }
+}
+
 // out = Σ_s 2^(max_s − M) · acc_s / Σ_s 2^(max_s − M) · sum_s, M = max_s max_s.
 // One block of head_dim threads (rounded up to a warp) per (token, head) row.
 __global__ void combine_kernel(AttentionArgs a) {
@@ -300,9 +481,23 @@ Status launch_warps(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 template <int D>
+Status launch_decode(const AttentionArgs& a, cudaStream_t stream) {
+  constexpr auto kKernel = decode_attention_kernel<D>;
+  HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory<kKernel>(static_cast<int>(kDecodeSmemBytes<D>)));
+  const dim3 grid(1, static_cast<unsigned>(a.num_sequences * a.kv_heads), static_cast<unsigned>(a.splits));
+  decode_attention_kernel<D><<<grid, kDecodeWarps * 32, kDecodeSmemBytes<D>, stream>>>(a);
+  return cuda_status(cudaGetLastError(), "decode_attention_kernel");
+}
+
+template <int D>
 Status launch(const AttentionArgs& a, cudaStream_t stream) {
   const bool large = rows_per_block(a) == kLargeWarps * kRowsPerWarp;
-  HIQ_RETURN_IF_ERROR((large ? launch_warps<D, kLargeWarps>(a, stream) : launch_warps<D, kSmallWarps>(a, stream)));
+  if (a.max_q_len * (a.heads / a.kv_heads) <= kDecodeRows) {
+    HIQ_RETURN_IF_ERROR(launch_decode<D>(a, stream));
+  } else {
+    HIQ_RETURN_IF_ERROR(
+        (large ? launch_warps<D, kLargeWarps>(a, stream) : launch_warps<D, kSmallWarps>(a, stream)));
+  }
   if (a.splits > 1) {
     const int threads = std::min(1024, (a.head_dim + 31) / 32 * 32);
     combine_kernel<<<static_cast<unsigned>(a.num_tokens * a.heads), threads, 0, stream>>>(a);

@@ -13,7 +13,9 @@
 // and V tiles it stages in shared memory serve every query head of the group.
 // Long contexts with few rows (decode) are also split along the context
 // (flash-decoding): each split writes a partial result (running max, sum and
-// unnormalised output) and a second kernel combines them.
+// unnormalised output) and a second kernel combines them. When a block's rows
+// fit one warp (q_len × group ≤ 16: decode), its four warps instead split
+// each K/V tile's tokens among them and merge their softmax states at the end.
 //
 // Two kernels compute this: a portable one (attention.cu: mma.sync, any head
 // dim, context splits) and, on Hopper, one on the warpgroup instructions

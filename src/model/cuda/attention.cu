@@ -74,6 +74,173 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* stage, const AttentionA
   }
 }
 
+// The two rows a thread holds of its warp's 16 (lane/4 and lane/4 + 8), for
+// one KV head of one sequence: the warp's first row is `warp_row0` of that
+// sequence's q_len × group rows.
+struct ThreadRows {
+  int token[2], head[2], position[2];  // position −1: no such row
+  bool valid[2];
+};
+
+__device__ __forceinline__ ThreadRows thread_rows(int warp_row0, int rows, int group, int kv_head,
+                                                  int first_position, int lane) {
+  ThreadRows r;
+  for (int h = 0; h < 2; ++h) {
+    const int row = warp_row0 + lane / 4 + 8 * h;
+    r.valid[h] = row < rows;
+    r.token[h] = row / group;
+    r.head[h] = kv_head * group + row % group;
+    r.position[h] = r.valid[h] ? first_position + r.token[h] : -1;
+  }
+  return r;
+}
+
+// The context tokens [begin, end) a block reads: its split of the longest
+// context, cut at the sequence's end and at its last row's position.
+struct ContextRange {
+  int begin, end;
+};
+
+__device__ __forceinline__ ContextRange context_range(const AttentionArgs& a, const AttentionSequence& seq, int split,
+                                                      int last_position) {
+  const int split_len = (a.max_kv_len + a.splits - 1) / a.splits;
+  const int split_tokens = (split_len + kTile - 1) / kTile * kTile;
+  const int begin = split * split_tokens;
+  return {begin, min(min(begin + split_tokens, seq.kv_len), last_position + 1)};
+}
+
+// The thread's Q fragments (A operand, row-major 16 × D), loaded once; zeros for rows past the end.
+template <int D>
+__device__ __forceinline__ void load_q(uint32_t (&q_frag)[D / 16][4], const AttentionArgs& a,
+                                       const AttentionSequence& seq, const ThreadRows& r, int lane) {
+  for (int kk = 0; kk < D / 16; ++kk)
+    for (int half = 0; half < 2; ++half)  // columns kk·16 + … and kk·16 + 8 + …
+      for (int h = 0; h < 2; ++h) {       // rows lane/4 and lane/4 + 8
+        uint32_t v = 0;
+        if (r.valid[h]) {
+          const __nv_bfloat16* q = a.q + static_cast<int64_t>(seq.q_start + r.token[h]) * a.q_token_stride +
+                                   r.head[h] * D + kk * 16 + half * 8 + (lane % 4) * 2;
+          v = *reinterpret_cast<const uint32_t*>(q);
+        }
+        q_frag[kk][half * 2 + h] = v;
+      }
+}
+
+// A thread's running softmax and unnormalised output for its two rows.
+template <int D>
+struct OnlineSoftmax {
+  float acc[D / 8][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY};  // in units of log2, scale applied
+  float row_sum[2] = {0.f, 0.f};              // this thread's partial sums
+
+  // Takes N 8-token blocks of scores S = Q Kᵀ (tokens from `token0`) into
+  // the state: masks them (unless `unmasked`), moves the max, and leaves
+  // P = exp2(S − max) in `s`, the output rescaled to the new max.
+  template <int N>
+  __device__ __forceinline__ void update(float (&s)[N][4], int token0, int kv_end, const int (&row_position)[2],
+                                         bool unmasked, float scale_log2, int lane) {
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int token = token0 + n * 8 + (lane % 4) * 2 + e % 2;
+        const bool visible = unmasked || (token < kv_end && token <= row_position[h]);
+        s[n][e] = visible ? s[n][e] * scale_log2 : -INFINITY;
+        tile_max[h] = fmaxf(tile_max[h], s[n][e]);
+      }
+    float correction[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      const float new_max = fmaxf(row_max[h], tile_max[h]);
+      // A row that has seen nothing yet keeps max −inf: subtract 0 instead
+      // of −inf, so every exponent below is exp2(−inf) = 0, never NaN.
+      const float base = new_max == -INFINITY ? 0.f : new_max;
+      correction[h] = fast_exp2(row_max[h] - base);
+      row_max[h] = new_max;
+      row_sum[h] *= correction[h];
+#pragma unroll
+      for (int n = 0; n < N; ++n)
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[n][e] = fast_exp2(s[n][e] - base);
+          row_sum[h] += s[n][e];
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] *= correction[e / 2];
+  }
+
+  // The row sums over the four threads that share each row.
+  __device__ __forceinline__ void total_sums() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+    }
+  }
+};
+
+// S = Q Kᵀ for 16 rows and the N · 8 staged tokens from `k_rows`.
+template <int N, int D>
+__device__ __forceinline__ void scores(float (&s)[N][4], const uint32_t (&q_frag)[D / 16][4],
+                                       const __nv_bfloat16* k_rows, int lane) {
+  for (int n = 0; n < N; ++n)
+    for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+  const int m = lane / 8;  // which 8×8 matrix this lane addresses
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int n = 0; n < N; n += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, k_rows + ((n + m / 2) * 8 + lane % 8) * kSmemStride<D> + kk * 16 + (m % 2) * 8);
+      mma_bf16(s[n], q_frag[kk], b[0], b[1]);
+      mma_bf16(s[n + 1], q_frag[kk], b[2], b[3]);
+    }
+}
+
+// O += P V over the same N · 8 tokens, V staged from `v_rows`. The score
+// accumulators of two neighbouring 8-token blocks are exactly an A fragment
+// over 16 tokens.
+template <int N, int D>
+__device__ __forceinline__ void accumulate_values(float (&acc)[D / 8][4], const float (&p)[N][4],
+                                                  const __nv_bfloat16* v_rows, int lane) {
+  const int m = lane / 8;
+#pragma unroll
+  for (int kk = 0; kk < N / 2; ++kk) {
+    const uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                           pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                           pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, v_rows + (kk * 16 + (m % 2) * 8 + lane % 8) * kSmemStride<D> + (n + m / 2) * 8);
+      mma_bf16(acc[n], a, b[0], b[1]);
+      mma_bf16(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Where a row's result goes: the output (one split: normalised, BF16) or
+// the split's partial result in the workspace ([split][token·heads][D]
+// unnormalised outputs, then [split][token·heads] (max, sum)).
+__device__ __forceinline__ float* partial_output(const AttentionArgs& a, int split, int64_t out_row) {
+  const int64_t rows_total = static_cast<int64_t>(a.num_tokens) * a.heads;
+  return a.workspace + (split * rows_total + out_row) * a.head_dim;
+}
+__device__ __forceinline__ void write_partial_stats(const AttentionArgs& a, int split, int64_t out_row, float max,
+                                                    float sum) {
+  const int64_t rows_total = static_cast<int64_t>(a.num_tokens) * a.heads;
+  float* stats = a.workspace + a.splits * rows_total * a.head_dim + (split * rows_total + out_row) * 2;
+  stats[0] = max;
+  stats[1] = sum;
+}
+
 template <int D, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a) {
   constexpr int kRows = kRowsPerWarp * kWarps;  // rows per block
@@ -93,48 +260,18 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int first_position = seq.kv_len - seq.q_len;
   const uint32_t* slots = a.slots + seq.slot_start;
-
-  // The block's context range: its split, cut at the last row's position.
   const int last_row = min(block_row0 + kRows, rows) - 1;
-  const int split_len = (a.max_kv_len + a.splits - 1) / a.splits;
-  const int split_tokens = (split_len + kTile - 1) / kTile * kTile;
-  const int kv_begin = split * split_tokens;
-  const int kv_end = min(min(kv_begin + split_tokens, seq.kv_len), first_position + last_row / group + 1);
+  const auto [kv_begin, kv_end] = context_range(a, seq, split, first_position + last_row / group);
 
-  // This thread's two rows (lane/4 and lane/4 + 8 of its warp's 16).
-  int row_token[2], row_head[2], row_position[2];
-  bool row_valid[2];
-  for (int h = 0; h < 2; ++h) {
-    const int row = block_row0 + warp * kRowsPerWarp + lane / 4 + 8 * h;
-    row_valid[h] = row < rows;
-    row_token[h] = row / group;
-    row_head[h] = kv_head * group + row % group;
-    row_position[h] = row_valid[h] ? first_position + row_token[h] : -1;
-  }
-  const bool warp_active = block_row0 + warp * kRowsPerWarp < rows;
+  const int warp_row0 = block_row0 + warp * kRowsPerWarp;
+  const ThreadRows r = thread_rows(warp_row0, rows, group, kv_head, first_position, lane);
+  const bool warp_active = warp_row0 < rows;
   // The position of the warp's first row: a tile that ends at or before it,
   // and inside the context, needs no mask for any row of the warp.
-  const int warp_first_position = first_position + (block_row0 + warp * kRowsPerWarp) / group;
-
-  // Q fragments (A operand, row-major 16 × D), loaded once.
+  const int warp_first_position = first_position + warp_row0 / group;
   uint32_t q_frag[D / 16][4];
-  for (int kk = 0; kk < D / 16; ++kk)
-    for (int half = 0; half < 2; ++half)      // columns kk·16 + … and kk·16 + 8 + …
-      for (int h = 0; h < 2; ++h) {           // rows lane/4 and lane/4 + 8
-        uint32_t v = 0;
-        if (row_valid[h]) {
-          const __nv_bfloat16* q = a.q + static_cast<int64_t>(seq.q_start + row_token[h]) * a.q_token_stride +
-                                   row_head[h] * D + kk * 16 + half * 8 + (lane % 4) * 2;
-          v = *reinterpret_cast<const uint32_t*>(q);
-        }
-        q_frag[kk][half * 2 + h] = v;
-      }
-
-  float acc[D / 8][4];
-  for (int n = 0; n < D / 8; ++n)
-    for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // in units of log2, scale applied
-  float row_sum[2] = {0.f, 0.f};              // this thread's partial sums
+  load_q<D>(q_frag, a, seq, r, lane);
+  OnlineSoftmax<D> state;
   const float scale_log2 = a.scale * kLog2e;
 
   const int tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTile - 1) / kTile : 0;
@@ -154,108 +291,35 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
     __syncthreads();
     const __nv_bfloat16* k_tile = smem + (t % 2) * kStageElements<D>;
     const __nv_bfloat16* v_tile = k_tile + kTile * kSmemStride<D>;
-
     if (warp_active) {
-      // S = Q Kᵀ: 16 rows × 64 context tokens.
+      // 16 rows × 64 context tokens; the mask only on tiles that reach the
+      // diagonal or the context's end.
       float s[kTile / 8][4];
-      for (int n = 0; n < kTile / 8; ++n)
-        for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-#pragma unroll
-        for (int n = 0; n < kTile / 8; n += 2) {
-          const int m = lane / 8;  // which 8×8 matrix this lane addresses
-          uint32_t b[4];
-          ldmatrix_x4(b, k_tile + ((n + m / 2) * 8 + lane % 8) * kSmemStride<D> + kk * 16 + (m % 2) * 8);
-          mma_bf16(s[n], q_frag[kk], b[0], b[1]);
-          mma_bf16(s[n + 1], q_frag[kk], b[2], b[3]);
-        }
-
-      // Mask (only tiles that reach the diagonal or the context's end), then
-      // the online softmax of each row.
-      float tile_max[2] = {-INFINITY, -INFINITY};
+      scores<kTile / 8, D>(s, q_frag, k_tile, lane);
       const bool unmasked = kv0 + kTile <= kv_end && kv0 + kTile - 1 <= warp_first_position;
-#pragma unroll
-      for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2;
-          const int token = kv0 + n * 8 + (lane % 4) * 2 + e % 2;
-          const bool visible = unmasked || (token < kv_end && token <= row_position[h]);
-          s[n][e] = visible ? s[n][e] * scale_log2 : -INFINITY;
-          tile_max[h] = fmaxf(tile_max[h], s[n][e]);
-        }
-      float correction[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-        const float new_max = fmaxf(row_max[h], tile_max[h]);
-        // A row that has seen nothing yet keeps max −inf: subtract 0 instead
-        // of −inf, so every exponent below is exp2(−inf) = 0, never NaN.
-        const float base = new_max == -INFINITY ? 0.f : new_max;
-        correction[h] = fast_exp2(row_max[h] - base);
-        row_max[h] = new_max;
-        row_sum[h] *= correction[h];
-#pragma unroll
-        for (int n = 0; n < kTile / 8; ++n)
-#pragma unroll
-          for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            s[n][e] = fast_exp2(s[n][e] - base);
-            row_sum[h] += s[n][e];
-          }
-      }
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[n][e] *= correction[e / 2];
-
-      // O += P V. The score accumulators of two neighbouring 8-token blocks
-      // are exactly an A fragment over 16 tokens.
-#pragma unroll
-      for (int kk = 0; kk < kTile / 16; ++kk) {
-        const uint32_t p[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                               pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                               pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-        for (int n = 0; n < D / 8; n += 2) {
-          const int m = lane / 8;
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, v_tile + (kk * 16 + (m % 2) * 8 + lane % 8) * kSmemStride<D> + (n + m / 2) * 8);
-          mma_bf16(acc[n], p, b[0], b[1]);
-          mma_bf16(acc[n + 1], p, b[2], b[3]);
-        }
-      }
+      state.update(s, kv0, kv_end, r.position, unmasked, scale_log2, lane);
+      accumulate_values<kTile / 8, D>(state.acc, s, v_tile, lane);
     }
     __syncthreads();  // the stage is overwritten by the load two tiles on
   }
   if (!warp_active) return;
 
-#pragma unroll
+  state.total_sums();
   for (int h = 0; h < 2; ++h) {
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-  }
-  for (int h = 0; h < 2; ++h) {
-    if (!row_valid[h]) continue;
-    const int64_t out_row = static_cast<int64_t>(seq.q_start + row_token[h]) * a.heads + row_head[h];
+    if (!r.valid[h]) continue;
+    const int64_t out_row = static_cast<int64_t>(seq.q_start + r.token[h]) * a.heads + r.head[h];
     if (a.splits == 1) {
-      const float inv = row_sum[h] > 0.f ? 1.f / row_sum[h] : 0.f;
+      const float inv = state.row_sum[h] > 0.f ? 1.f / state.row_sum[h] : 0.f;
       __nv_bfloat16* out = a.out + out_row * D;
       for (int n = 0; n < D / 8; ++n)
         *reinterpret_cast<__nv_bfloat162*>(out + n * 8 + (lane % 4) * 2) =
-            __floats2bfloat162_rn(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
+            __floats2bfloat162_rn(state.acc[n][2 * h] * inv, state.acc[n][2 * h + 1] * inv);
     } else {
-      // Partial results: [split][token·heads][D] outputs, then [split][token·heads] (max, sum).
-      const int64_t rows_total = static_cast<int64_t>(a.num_tokens) * a.heads;
-      float* out = a.workspace + (split * rows_total + out_row) * D;
+      float* out = partial_output(a, split, out_row);
       for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<float2*>(out + n * 8 + (lane % 4) * 2) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
-      if (lane % 4 == 0) {
-        float* stats = a.workspace + a.splits * rows_total * D + (split * rows_total + out_row) * 2;
-        stats[0] = row_max[h];
-        stats[1] = row_sum[h];
-      }
+        *reinterpret_cast<float2*>(out + n * 8 + (lane % 4) * 2) =
+            make_float2(state.acc[n][2 * h], state.acc[n][2 * h + 1]);
+      if (lane % 4 == 0) write_partial_stats(a, split, out_row, state.row_max[h], state.row_sum[h]);
     }
   }
 }
@@ -287,38 +351,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int first_position = seq.kv_len - seq.q_len;
   const uint32_t* slots = a.slots + seq.slot_start;
-  const int split_len = (a.max_kv_len + a.splits - 1) / a.splits;
-  const int split_tokens = (split_len + kTile - 1) / kTile * kTile;
-  const int kv_begin = split * split_tokens;
-  const int kv_end = min(min(kv_begin + split_tokens, seq.kv_len), first_position + (rows - 1) / group + 1);
+  const auto [kv_begin, kv_end] = context_range(a, seq, split, first_position + (rows - 1) / group);
 
-  int row_token[2], row_head[2], row_position[2];
-  bool row_valid[2];
-  for (int h = 0; h < 2; ++h) {
-    const int row = lane / 4 + 8 * h;
-    row_valid[h] = row < rows;
-    row_token[h] = row / group;
-    row_head[h] = kv_head * group + row % group;
-    row_position[h] = row_valid[h] ? first_position + row_token[h] : -1;
-  }
+  const ThreadRows r = thread_rows(0, rows, group, kv_head, first_position, lane);  // every warp: the same rows
   uint32_t q_frag[D / 16][4];
-  for (int kk = 0; kk < D / 16; ++kk)
-    for (int half = 0; half < 2; ++half)
-      for (int h = 0; h < 2; ++h) {
-        uint32_t v = 0;
-        if (row_valid[h]) {
-          const __nv_bfloat16* q = a.q + static_cast<int64_t>(seq.q_start + row_token[h]) * a.q_token_stride +
-                                   row_head[h] * D + kk * 16 + half * 8 + (lane % 4) * 2;
-          v = *reinterpret_cast<const uint32_t*>(q);
-        }
-        q_frag[kk][half * 2 + h] = v;
-      }
-
-  float acc[D / 8][4];
-  for (int n = 0; n < D / 8; ++n)
-    for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.f, 0.f};
+  load_q<D>(q_frag, a, seq, r, lane);
+  OnlineSoftmax<D> state;
   const float scale_log2 = a.scale * kLog2e;
 
   const int tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTile - 1) / kTile : 0;
@@ -327,7 +365,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
     async_commit();
   }
   for (int t = 0; t < tiles; ++t) {
-    const int kv0 = kv_begin + t * kTile + warp * kWarpTokens;  // this warp's first token
     if (t + 1 < tiles) {
       load_tile<D, kThreads>(smem + ((t + 1) % 2) * kStageElements<D>, a, slots, kv_begin + (t + 1) * kTile, kv_end,
                              kv_head);
@@ -337,85 +374,35 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
       async_wait<0>();
     }
     __syncthreads();
+    // This warp's 16 tokens of the tile.
+    const int token0 = kv_begin + t * kTile + warp * kWarpTokens;
     const __nv_bfloat16* k_rows = smem + (t % 2) * kStageElements<D> + warp * kWarpTokens * kSmemStride<D>;
     const __nv_bfloat16* v_rows = k_rows + kTile * kSmemStride<D>;
-
-    // S = Q Kᵀ: 16 rows × this warp's 16 tokens.
-    float s[2][4] = {};
-    const int m = lane / 8;  // which 8×8 matrix this lane addresses
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t b[4];
-      ldmatrix_x4(b, k_rows + ((m / 2) * 8 + lane % 8) * kSmemStride<D> + kk * 16 + (m % 2) * 8);
-      mma_bf16(s[0], q_frag[kk], b[0], b[1]);
-      mma_bf16(s[1], q_frag[kk], b[2], b[3]);
-    }
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        const int token = kv0 + n * 8 + (lane % 4) * 2 + e % 2;
-        const bool visible = token < kv_end && token <= row_position[h];
-        s[n][e] = visible ? s[n][e] * scale_log2 : -INFINITY;
-        tile_max[h] = fmaxf(tile_max[h], s[n][e]);
-      }
-    float correction[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-      const float new_max = fmaxf(row_max[h], tile_max[h]);
-      const float base = new_max == -INFINITY ? 0.f : new_max;  // as in attention_kernel
-      correction[h] = fast_exp2(row_max[h] - base);
-      row_max[h] = new_max;
-      row_sum[h] *= correction[h];
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[n][e] = fast_exp2(s[n][e] - base);
-          row_sum[h] += s[n][e];
-        }
-    }
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[n][e] *= correction[e / 2];
-
-    // O += P V over the warp's 16 tokens: P is one A fragment.
-    const uint32_t p[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]), pack_bf16(s[1][0], s[1][1]),
-                           pack_bf16(s[1][2], s[1][3])};
-#pragma unroll
-    for (int n = 0; n < D / 8; n += 2) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, v_rows + ((m % 2) * 8 + lane % 8) * kSmemStride<D> + (n + m / 2) * 8);
-      mma_bf16(acc[n], p, b[0], b[1]);
-      mma_bf16(acc[n + 1], p, b[2], b[3]);
-    }
+    float s[kWarpTokens / 8][4];
+    scores<kWarpTokens / 8, D>(s, q_frag, k_rows, lane);
+    state.update(s, token0, kv_end, r.position, /*unmasked=*/false, scale_log2, lane);
+    accumulate_values<kWarpTokens / 8, D>(state.acc, s, v_rows, lane);
     __syncthreads();  // the stage is overwritten by the load two tiles on
   }
 
   // Merge the warps: each leaves its max, sum and unnormalised output per
   // row in shared memory (the stages are free: the loop ended on a barrier).
-  auto* merge_out = reinterpret_cast<float*>(smem_raw);              // [warp][row][D]
-  float* merge_stats = merge_out + kDecodeWarps * kDecodeRows * D;   // [warp][row] (max, sum)
+  auto* merge_out = reinterpret_cast<float*>(smem_raw);             // [warp][row][D]
+  float* merge_stats = merge_out + kDecodeWarps * kDecodeRows * D;  // [warp][row] (max, sum)
+  state.total_sums();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
     const int row = lane / 4 + 8 * h;
     float* out = merge_out + (warp * kDecodeRows + row) * D;
     for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<float2*>(out + n * 8 + (lane % 4) * 2) = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+      *reinterpret_cast<float2*>(out + n * 8 + (lane % 4) * 2) =
+          make_float2(state.acc[n][2 * h], state.acc[n][2 * h + 1]);
     if (lane % 4 == 0) {
-      merge_stats[(warp * kDecodeRows + row) * 2] = row_max[h];
-      merge_stats[(warp * kDecodeRows + row) * 2 + 1] = row_sum[h];
+      merge_stats[(warp * kDecodeRows + row) * 2] = state.row_max[h];
+      merge_stats[(warp * kDecodeRows + row) * 2 + 1] = state.row_sum[h];
     }
   }
   __syncthreads();
-  const int64_t rows_total = static_cast<int64_t>(a.num_tokens) * a.heads;
   for (int i = threadIdx.x; i < rows * D; i += kThreads) {
     const int row = i / D, d = i % D;
     float most = -INFINITY;
@@ -431,12 +418,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
     if (a.splits == 1) {
       a.out[out_row * D + d] = __float2bfloat16_rn(total > 0.f ? value / total : 0.f);
     } else {
-      a.workspace[(split * rows_total + out_row) * D + d] = value;
-      if (d == 0) {
-        float* stats = a.workspace + a.splits * rows_total * D + (split * rows_total + out_row) * 2;
-        stats[0] = most;
-        stats[1] = total;
-      }
+      partial_output(a, split, out_row)[d] = value;
+      if (d == 0) write_partial_stats(a, split, out_row, most, total);
     }
   }
 }

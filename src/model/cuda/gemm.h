@@ -7,9 +7,13 @@
 // with the model's workspace. It is made on the shape's first product and
 // kept, so a shape runs one algorithm for the model's life: the same bits run
 // after run, in a CUDA graph or not. (Timing the heuristic's top few and
-// keeping the fastest would not be: which wins can change from one process
-// to the next.) Where the heuristic offers nothing, or an operand is not
-// 256-byte aligned as its algorithms assume, cublasGemmEx runs the product.
+// keeping the fastest could pick another algorithm in another process. On
+// the H200 the eight it offers for each prefill shape give the same bits
+// and the fastest saves 0–8 % (`hiq bench gemm --algorithms`,
+// docs/benchmarks.md), but timing eight candidates for every new prompt
+// length would cost more than that.) Where the heuristic offers nothing, or
+// an operand is not 256-byte aligned as its algorithms assume, cublasGemmEx
+// runs the product.
 //
 // No fused epilogue: the layers' only candidates would change the rounding
 // that follows transformers step by step (a residual add through beta = 1

@@ -5,8 +5,8 @@
 // output element is poisoned first, so one the kernel skips is an error. The
 // Hopper kernel, in both its forms, runs where the GPU is compute capability
 // 9.0 (it skips elsewhere); the portable one runs on every GPU, its decode
-// form (a few rows per KV head, the warps splitting each tile) at head dims
-// 64, 128 and 256, with and without context splits. Skipped without a GPU.
+// form (a few rows per KV head, the warps splitting each tile) at every head
+// dim, with and without context splits. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -237,13 +237,22 @@ TEST(GpuAttentionDecodeTest, FewRowsPerKvHeadMatchAFloat64ReferenceSplitOrNot) {
       {32, 8, {{4, 300}}},                                         // 4 new tokens (16 rows): causal in a tile
       {64, 8, {{2, 129}}},                                         // groups of 8, 16 rows
       {8, 8, {{3, 77}}, 64},                                       // no GQA, head_dim 64
-      {16, 2, {{1, 1000}}, 256},                                   // head_dim 256
+      {8, 8, {{1, 3000}}, 64},                                     // head_dim 64, long enough to split
+      {16, 2, {{1, 1000}}, 256},                                   // head_dim 256, split
+      {16, 2, {{1, 100}}, 256},                                    // head_dim 256, too short to split
+      {16, 1, {{1, 300}}, 16},                                     // a group of 16, head_dim 16
+      {32, 8, {{1, 500}, {3, 200}}, 32},                           // 4 and 12 rows in one batch, head_dim 32
   };
   bool split_seen = false, whole_seen = false;
   for (const int multiprocessors : {132, 1}) {
     uint32_t seed = 100;
     for (const Shape& shape : shapes) {
       const Problem p = make_problem(shape, seed++);
+      cuda::AttentionArgs form;
+      form.heads = p.heads;
+      form.kv_heads = p.kv_heads;
+      for (const auto& sequence : p.sequences) form.max_q_len = std::max(form.max_q_len, sequence.q_len);
+      ASSERT_TRUE(cuda::attention_decode_form(form)) << "shape " << seed - 1 << " would not take the decode form";
       int splits = 0;
       const std::vector<float> out = run(p, AttentionKernel::kPortable, multiprocessors, &splits);
       const auto [error, finite] = compare(out, reference(p));
@@ -267,6 +276,12 @@ TEST(GpuAttentionChoiceTest, PicksTheSm90KernelOnlyForBatchesThatFillTheGpu) {
   a.max_q_len = 1;  // decode: 4 rows per KV head
   a.max_kv_len = 4096;
   EXPECT_EQ(cuda::attention_kernel_for(a, 132), AttentionKernel::kPortable);
+  EXPECT_TRUE(cuda::attention_decode_form(a));
+  a.max_q_len = 4;  // 16 rows: still one warp's
+  EXPECT_TRUE(cuda::attention_decode_form(a));
+  a.max_q_len = 5;  // 20 rows: the blocks of 64 or 128
+  EXPECT_FALSE(cuda::attention_decode_form(a));
+  a.max_q_len = 1;
   a.max_q_len = 4096;  // prefill
   EXPECT_EQ(cuda::attention_kernel_for(a, 132),
             device_is_sm90() ? AttentionKernel::kSm90 : AttentionKernel::kPortable);

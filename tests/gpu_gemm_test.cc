@@ -5,7 +5,7 @@
 // Its results are the same bits on a rerun and whichever batch a row comes
 // in. Its fused forms (a normalised input, a residual add, the SiLU gate)
 // give the bits of the separate kernels they replace. The algorithms Gemms
-// lists for the benchmarks start with the one it runs. Skipped without a GPU.
+// lists for the benchmarks each compute the product. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -277,10 +277,11 @@ TEST_F(GpuSkinnyGemmTest, RefusesWhatItCannotTake) {
                    .is_ok());
 }
 
-// The algorithms Gemms lists for a shape: the first is the one run() uses
-// (the same bits), each computes the product, and none needs more workspace
-// than Gemms has.
-TEST_F(GpuSkinnyGemmTest, TheFirstListedAlgorithmIsTheOneRunUsesAndEachComputesTheProduct) {
+// The algorithms Gemms lists for a shape: the one run() uses first, then
+// others of the heuristic's, none twice, each computing the product. (That
+// the first is run()'s own holds by construction; its equal bits below cannot
+// prove it, since the heuristic's candidates for a shape may all agree.)
+TEST_F(GpuSkinnyGemmTest, TheAlgorithmsListedForAShapeAreDistinctAndEachComputesTheProduct) {
   const int m = 256, n = 384, k = 512;
   const size_t workspace_bytes = size_t{32} << 20;
   auto workspace = cuda::device_alloc(workspace_bytes, "workspace");
@@ -292,7 +293,7 @@ TEST_F(GpuSkinnyGemmTest, TheFirstListedAlgorithmIsTheOneRunUsesAndEachComputesT
   auto y = cuda::device_alloc(static_cast<size_t>(m) * n * sizeof(float), "y");
   ASSERT_TRUE(y.is_ok());
   const auto product = [&](const cuda::Gemms::Algorithm* algorithm) {
-    EXPECT_EQ(cudaMemset(y->get(), 0xff, static_cast<size_t>(m) * n * sizeof(float)), cudaSuccess);
+    EXPECT_EQ(cudaMemset(y->get(), 0xff, static_cast<size_t>(m) * n * sizeof(float)), cudaSuccess);  // NaN
     const Status status =
         algorithm ? gemms->run_algorithm(*algorithm, as_bf16(x), m, as_bf16(w), n, k, y->get(), CUDA_R_32F)
                   : gemms->run(as_bf16(x), m, as_bf16(w), n, k, y->get(), CUDA_R_32F);
@@ -300,20 +301,22 @@ TEST_F(GpuSkinnyGemmTest, TheFirstListedAlgorithmIsTheOneRunUsesAndEachComputesT
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return download(y->get(), static_cast<size_t>(m) * n, CUDA_R_32F);
   };
-  auto algorithms = gemms->algorithms(m, n, k, CUDA_R_32F, 8);
+  auto algorithms = gemms->algorithms(m, n, k, CUDA_R_32F, 4);
   ASSERT_TRUE(algorithms.is_ok()) << algorithms.status().to_string();
-  ASSERT_FALSE(algorithms->empty()) << "cuBLASLt offers no algorithm for a plain BF16 product";
-  EXPECT_LE(algorithms->size(), 8u);
+  ASSERT_GE(algorithms->size(), 2u) << "cuBLASLt offers fewer than two algorithms for a plain BF16 product";
   EXPECT_EQ(product(&algorithms->front()), product(nullptr)) << algorithms->front().name;
   const std::vector<double> want = reference(p);
-  for (const cuda::Gemms::Algorithm& algorithm : *algorithms) {
-    EXPECT_LE(algorithm.workspace_bytes, workspace_bytes);
-    EXPECT_FALSE(algorithm.name.empty());
+  for (size_t i = 0; i < algorithms->size(); ++i) {
+    const cuda::Gemms::Algorithm& algorithm = (*algorithms)[i];
+    for (size_t j = 0; j < i; ++j)
+      EXPECT_NE((*algorithms)[j].config, algorithm.config) << "listed twice: " << algorithm.name;
     const std::vector<float> got = product(&algorithm);
-    for (size_t i = 0; i < want.size(); ++i)
-      ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k))) << algorithm.name << ", element " << i;
+    for (size_t e = 0; e < want.size(); ++e)
+      ASSERT_NEAR(got[e], want[e], 1e-4 * std::sqrt(static_cast<double>(k))) << algorithm.name << ", element " << e;
   }
-  EXPECT_TRUE(gemms->algorithms(m, n, k, CUDA_R_32F, 0)->empty());
+  auto none = gemms->algorithms(m, n, k, CUDA_R_32F, 0);
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_TRUE(none->empty());
 }
 
 }  // namespace

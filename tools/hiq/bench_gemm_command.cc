@@ -73,7 +73,8 @@ int run_gemm_bench_command(GemmBenchFlags& f) {
   table.print(std::cout);
   if (f.options.algorithms > 0) {
     // TFLOP/s, and time against the heuristic's first choice (what the model runs).
-    std::cout << "\ncuBLASLt's best-ranked algorithms for each product (first: the one the model runs)\n\n";
+    std::cout << "\ncuBLASLt's algorithms for each product: first the one a cuBLASLt product of the model runs (rows "
+                 "the skinny kernel takes run that instead), then the heuristic's next-ranked\n\n";
     Table algorithms({"rows", "product", "rank", "algorithm", "µs", "TFLOP/s", "÷ first", "same bits", "max |diff|"});
     for (const auto& r : report->products)
       for (size_t i = 0; i < r.algorithms.size(); ++i) {

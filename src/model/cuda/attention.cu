@@ -346,7 +346,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
   const int group = a.heads / a.kv_heads;
   const int seq_index = blockIdx.y / a.kv_heads, kv_head = blockIdx.y % a.kv_heads;
   const AttentionSequence seq = a.sequences[seq_index];
-  const int rows = seq.q_len * group;  // ≤ kDecodeRows
+  const int rows = seq.q_len * group;  // ≤ kDecodeRows (attention_decode_form)
+  if (rows == 0) return;
   const int split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int first_position = seq.kv_len - seq.q_len;
@@ -474,10 +475,10 @@ Status launch_decode(const AttentionArgs& a, cudaStream_t stream) {
 
 template <int D>
 Status launch(const AttentionArgs& a, cudaStream_t stream) {
-  const bool large = rows_per_block(a) == kLargeWarps * kRowsPerWarp;
-  if (a.max_q_len * (a.heads / a.kv_heads) <= kDecodeRows) {
+  if (attention_decode_form(a)) {
     HIQ_RETURN_IF_ERROR(launch_decode<D>(a, stream));
   } else {
+    const bool large = rows_per_block(a) == kLargeWarps * kRowsPerWarp;
     HIQ_RETURN_IF_ERROR(
         (large ? launch_warps<D, kLargeWarps>(a, stream) : launch_warps<D, kSmallWarps>(a, stream)));
   }
@@ -490,6 +491,11 @@ Status launch(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool attention_decode_form(const AttentionArgs& a) {
+  return a.kernel == AttentionKernel::kPortable && a.kv_heads > 0 &&
+         a.max_q_len * (a.heads / a.kv_heads) <= kDecodeRows;
+}
 
 bool attention_head_dim_supported(int head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;

@@ -81,6 +81,10 @@ bool attention_head_dim_supported(int head_dim);
 // context (a prefill); kPortable otherwise.
 AttentionKernel attention_kernel_for(const AttentionArgs& args, int multiprocessors);
 
+// Whether the portable kernel runs these args in its decode form (every
+// sequence's rows for one KV head, q_len × group, fit one warp's 16).
+bool attention_decode_form(const AttentionArgs& args);
+
 // How many context splits to use for a batch on `multiprocessors` SMs: more
 // when the batch alone cannot fill the GPU; always 1 for the kSm90 kernel.
 int attention_splits(const AttentionArgs& args, int multiprocessors);

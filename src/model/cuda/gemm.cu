@@ -68,6 +68,7 @@ Result<const Gemms::Plan*> Gemms::plan(int m, int n, int k, cudaDataType_t y_typ
   HIQ_ASSIGN_OR_RETURN(const int found, ranked(p, 1, &first));
   p.lt = found > 0;
   p.algo = first.algo;
+  p.algo_workspace_bytes = first.workspaceSize;
   if (!p.lt && !logged_fallback_) {
     logged_fallback_ = true;
     log(LogLevel::kWarning, "model",
@@ -99,7 +100,8 @@ Result<int> Gemms::ranked(const Plan& p, int most, cublasLtMatmulHeuristicResult
 
 namespace {
 
-// "algo 66 tile 26 stages 17 split-k 1 reduction 0 swizzle 0 cluster 2": what tells two
+// "algo 66 tile 26 stages 17 split-k 1 reduction 0 inner 0 custom 0 swizzle 0
+// cluster 2": what tells two
 // of cuBLASLt's algorithms apart, from its own attributes.
 std::string describe(const cublasLtMatmulAlgo_t& algo) {
   const auto attribute = [&](cublasLtMatmulAlgoConfigAttributes_t which) {
@@ -115,6 +117,8 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
   return "algo " + attribute(CUBLASLT_ALGO_CONFIG_ID) + " tile " + attribute(CUBLASLT_ALGO_CONFIG_TILE_ID) +
          " stages " + attribute(CUBLASLT_ALGO_CONFIG_STAGES_ID) + " split-k " +
          attribute(CUBLASLT_ALGO_CONFIG_SPLITK_NUM) + " reduction " + attribute(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) +
+         " inner " + attribute(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID) + " custom " +
+         attribute(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION) +
          " swizzle " + attribute(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING) +
          " cluster " + attribute(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
 }
@@ -123,16 +127,24 @@ std::string describe(const cublasLtMatmulAlgo_t& algo) {
 
 Result<std::vector<Gemms::Algorithm>> Gemms::algorithms(int m, int n, int k, cudaDataType_t y_type, int most) {
   HIQ_ASSIGN_OR_RETURN(const Plan* p, plan(m, n, k, y_type));
-  if (most < 1) return std::vector<Algorithm>{};
-  const auto results = std::make_unique<cublasLtMatmulHeuristicResult_t[]>(static_cast<size_t>(most));
-  HIQ_ASSIGN_OR_RETURN(const int found, ranked(*p, most, results.get()));
-  std::vector<Algorithm> out(static_cast<size_t>(found));
-  for (int i = 0; i < found; ++i) {
+  std::vector<Algorithm> out;
+  if (most < 1) return out;
+  const auto add = [&](const cublasLtMatmulAlgo_t& algo, size_t workspace_bytes) {
     static_assert(sizeof(Algorithm::config) == sizeof(cublasLtMatmulAlgo_t));
-    std::memcpy(out[i].config.data(), &results[i].algo, sizeof(cublasLtMatmulAlgo_t));
-    out[i].workspace_bytes = results[i].workspaceSize;
-    out[i].name = describe(results[i].algo);
-  }
+    Algorithm a;
+    std::memcpy(a.config.data(), &algo, sizeof(algo));
+    a.workspace_bytes = workspace_bytes;
+    a.name = describe(algo);
+    out.push_back(std::move(a));
+  };
+  // The plan's own first, whatever a longer ranking puts first; then the
+  // ranking's others.
+  if (p->lt) add(p->algo, p->algo_workspace_bytes);
+  const auto results = std::make_unique<cublasLtMatmulHeuristicResult_t[]>(static_cast<size_t>(most) + 1);
+  HIQ_ASSIGN_OR_RETURN(const int found, ranked(*p, most + 1, results.get()));
+  for (int i = 0; i < found && out.size() < static_cast<size_t>(most); ++i)
+    if (!p->lt || std::memcmp(&results[i].algo, &p->algo, sizeof(p->algo)) != 0)
+      add(results[i].algo, results[i].workspaceSize);
   return out;
 }
 

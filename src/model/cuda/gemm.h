@@ -67,9 +67,10 @@ class Gemms {
                    const SkinnyFusion& fusion);
   bool fuses(int m) const { return skinny_ != Skinny::kNever && m >= 1 && m <= kSkinnyRows; }
 
-  // The algorithms cuBLASLt's heuristic ranks first for a product shape, at
-  // most `most`, best first: the first is the one run() uses. For the
-  // benchmarks, with run_algorithm() to time or compare each.
+  // The algorithm run() uses for a product shape (none when cublasGemmEx
+  // computes it), then the others cuBLASLt's heuristic ranks first, at most
+  // `most` in all. For the benchmarks, with run_algorithm() to time or
+  // compare each.
   // (The algorithm is kept as its bytes: nvcc 13's front end fails on a
   // std::vector of any struct holding cuBLASLt's unnamed algorithm struct.)
   struct Algorithm {
@@ -104,6 +105,7 @@ class Gemms {
     Owned<cublasLtMatmulDesc_t, DescDestroy> desc;
     Owned<cublasLtMatrixLayout_t, LayoutDestroy> w, x, y;
     cublasLtMatmulAlgo_t algo{};
+    size_t algo_workspace_bytes = 0;
     bool lt = false;  // false: the heuristic had nothing, cublasGemmEx runs it
   };
   using Key = std::tuple<int, int, int, cudaDataType_t>;  // m, n, k, y type

@@ -38,6 +38,7 @@ Status time_algorithms(cuda::Gemms& gemms, const bf16* x, int m, const bf16* w, 
                                                                      k, y.get(), type);
                                         },
                                         copies, o.seconds_per_measurement, stream));
+    HIQ_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y.get(), 0xff, bytes, stream));  // NaN: a result not written shows
     HIQ_RETURN_IF_ERROR(gemms.run_algorithm(algorithm, x, m, w, n, k, y.get(), type));
     HIQ_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     HIQ_ASSIGN_OR_RETURN(std::vector<float> result, cuda::download_floats(y.get(), outputs, type == CUDA_R_32F));

@@ -324,6 +324,55 @@ TEST(SimRunner, DecodeCatchesAWrongRowOfAnyLayerOnTheFirstStep) {
   }
 }
 
+// The virtual clock: a step costs what the cost model says of its batch. By
+// default a prefill its new tokens at one rate and a decode step a fixed time;
+// the batch-dependent terms add each prefill's causal (new token, context
+// token) pairs and each decode step's context tokens.
+TEST(SimRunner, AStepCostsWhatTheCostModelSaysOfItsBatch) {
+  for (bool batch : {false, true}) {
+    SCOPED_TRACE(batch ? "batch-dependent" : "constant");
+    RunnerFixture f(kFourLayers, 10);
+    SimRunnerOptions options;
+    options.cost.prefill_tokens_per_s = 1000;
+    options.cost.decode_step_s = 0.5;
+    if (batch) {
+      options.cost.prefill_pair_s = 0.01;
+      options.cost.decode_context_token_s = 0.1;
+    }
+    SimRunner runner(*f.l1, nullptr, nullptr, options);
+    // 6 tokens after 4 cached: new tokens at positions 4 … 9 attend to 5 … 10 tokens, 45 pairs.
+    const ForwardItem first = f.prefill(4, 0);
+    ASSERT_TRUE(runner.forward(std::span(&first, 1)).is_ok());
+    const double after_first = runner.now();
+    EXPECT_DOUBLE_EQ(after_first, 4 / 1000.0 + (batch ? 10 * 0.01 : 0));  // 1 + 2 + 3 + 4 pairs
+    const ForwardItem rest = f.prefill(10, 4);
+    ASSERT_TRUE(runner.forward(std::span(&rest, 1)).is_ok());
+    EXPECT_DOUBLE_EQ(runner.now() - after_first, 6 / 1000.0 + (batch ? 45 * 0.01 : 0));
+    // A decode step of two requests: 11 and 10 context tokens.
+    ForwardItem a = f.prefill(11, 10), b = f.prefill(10, 9);
+    a.decode = b.decode = true;
+    const std::vector<ForwardItem> step = {a, b};
+    const double before = runner.now();
+    ASSERT_TRUE(runner.forward(step).is_ok());
+    EXPECT_DOUBLE_EQ(runner.now() - before, 0.5 + (batch ? 21 * 0.1 : 0));
+  }
+}
+
+// The H200-fitted batch-dependent model keeps the constant model's reference
+// point: a decode step of 8 requests at 2,048 tokens of context, and a fresh
+// 2,112-token prompt at 38,000 tokens/s.
+TEST(SimCostModel, BatchDependentKeepsTheReferencePoint) {
+  const SimCostModel constant, batch = SimCostModel::batch_dependent();
+  EXPECT_NEAR(batch.decode_step_s + 8 * 2048 * batch.decode_context_token_s, constant.decode_step_s, 1e-12);
+  const double n = 2112, pairs = n * (n + 1) / 2;
+  EXPECT_NEAR(n / batch.prefill_tokens_per_s + pairs * batch.prefill_pair_s, n / constant.prefill_tokens_per_s, 1e-12);
+  EXPECT_GT(batch.prefill_pair_s, 0);
+  EXPECT_GT(batch.decode_context_token_s, 0);
+  EXPECT_GT(batch.decode_step_s, 0);
+  EXPECT_EQ(constant.prefill_pair_s, 0);
+  EXPECT_EQ(constant.decode_context_token_s, 0);
+}
+
 // The default decode check reads each row's first values only: damage past
 // them (here the last value of a row) is the price of reading one cache line
 // per row instead of the whole row, and verify_every_decode_row catches it.
@@ -469,8 +518,41 @@ TEST(SimulationConfig, ValidateNamesTheField) {
   c.cost.decode_step_s = 0;
   EXPECT_EQ(c.validate().code(), StatusCode::kInvalidArgument);
   c = {};
+  c.cost.prefill_pair_s = -1e-9;
+  EXPECT_EQ(c.validate().message(), "cost must have batch-dependent terms of zero or more");
+  c = {};
   c.transfer_workers = 0;
   EXPECT_EQ(c.validate().message(), "transfer_workers must be in [1, 256]");
+}
+
+// Closed-loop clients without a delay all send at 0 and, with equal outputs,
+// finish together and send again together: every prefill step takes a whole
+// cohort. With a seeded random delay before each request they fall out of
+// step, so prefill steps are more and smaller; the run stays deterministic,
+// every request is served, and a TTFT counts from the request's own arrival.
+TEST(Simulation, ClientDelaysBreakTheLockstepOfClosedLoopClients) {
+  SimulationConfig c = small_config(CodecKind::kInt8, true);
+  c.max_concurrency = 6;
+  SharedPrefixWorkload w;
+  w.num_groups = 4;
+  w.prompts_per_group = 6;
+  w.system_prompt_len = 64;
+  w.question_len = 16;
+  w.output_len = 12;
+  w.vocab_size = 1000;
+  auto lockstep = run_simulation(c, *w.generate());
+  c.client_delay_max_s = 0.05;  // several decode steps
+  auto jittered = run_simulation(c, *w.generate());
+  auto again = run_simulation(c, *w.generate());
+  ASSERT_TRUE(lockstep.is_ok() && jittered.is_ok() && again.is_ok());
+  EXPECT_EQ(jittered->rejected, 0u);
+  EXPECT_EQ(jittered->output_tokens, lockstep->output_tokens);
+  EXPECT_GT(jittered->scheduler.prefill_steps, lockstep->scheduler.prefill_steps);
+  EXPECT_GT(jittered->ttft_p50, 0);
+  EXPECT_EQ(jittered->scheduler.prefill_steps, again->scheduler.prefill_steps);
+  EXPECT_EQ(jittered->ttft_mean, again->ttft_mean);
+  c.client_delay_max_s = -1;
+  EXPECT_EQ(run_simulation(c, *w.generate()).status().message(), "client_delay_max_s must be zero or more");
 }
 
 // Long prompts beside decoding requests: without chunked prefill a decode

@@ -246,6 +246,7 @@ Result<std::vector<ForwardResult>> SimRunner::forward(std::span<const ForwardIte
   const KvGeometry& g = l1_.geometry();
   std::vector<ForwardResult> next;
   size_t new_tokens = 0, restored_tokens = 0;
+  double attention_pairs = 0, context_tokens = 0;  // what the batch-dependent costs count
   bool prefill = false;
   for (const ForwardItem& item : batch) {
     if (item.slots.size() != item.tokens.size() || item.first_new > item.tokens.size())
@@ -275,18 +276,44 @@ Result<std::vector<ForwardResult>> SimRunner::forward(std::span<const ForwardIte
     const size_t computed = item.tokens.size() - item.first_new;
     new_tokens += computed;
     prefill |= !item.decode;
+    // New tokens first_new … size − 1 attend to positions 0 … themselves.
+    const auto total = static_cast<double>(item.tokens.size()), old = static_cast<double>(item.first_new);
+    attention_pairs += (total * (total + 1) - old * (old + 1)) / 2;
+    context_tokens += total;
     stats_.computed_tokens += computed;
     next.push_back({static_cast<TokenId>(mix(h) % static_cast<uint64_t>(options_.vocab_size)), std::nullopt, {}});
   }
   // Virtual time: compute and restore overlap layer by layer.
   const SimCostModel& cost = options_.cost;
-  const double compute = prefill ? static_cast<double>(new_tokens) / cost.prefill_tokens_per_s : cost.decode_step_s;
+  const double compute =
+      prefill ? static_cast<double>(new_tokens) / cost.prefill_tokens_per_s + attention_pairs * cost.prefill_pair_s
+              : cost.decode_step_s + context_tokens * cost.decode_context_token_s;
   const double restore = transfer_seconds(restored_tokens);
   const double layers = static_cast<double>(g.num_layers);
   clock_ += std::max(compute, restore) + std::min(compute, restore) / layers;
   stats_.compute_seconds += compute;
   stats_.restore_seconds += restore;
   return next;
+}
+
+// Fitted to `hiq bench model` on the H200 (Qwen3-8B, docs/benchmarks.md,
+// 2026-12-04): a decode step's CUDA-graph time grows by 0.0498 ms per 1,000
+// context tokens of the batch (5.27 ms at batch 1 to 8.43 ms at batch 32,
+// 2,048 tokens each); a fresh prompt of N tokens takes 2.36e-5 · N + 1.0e-9 ·
+// N(N + 1)/2 seconds (50.5, 222.7 and 522.0 ms at 2K, 8K and 16K: the second
+// term is causal attention). The fixed parts are then set so that the
+// reference point of the defaults stays where `hiq bench serve` measured it:
+// a decode step of 8 requests at 2K context 7.05 ms, a 2,112-token prompt
+// at 38,000 tokens/s.
+SimCostModel SimCostModel::batch_dependent() {
+  SimCostModel c;
+  c.decode_context_token_s = 4.98e-8;
+  c.decode_step_s = 0.00705 - 8 * 2048 * c.decode_context_token_s;
+  c.prefill_pair_s = 1.0e-9;
+  constexpr double kReferencePrompt = 2112;
+  const double pairs = kReferencePrompt * (kReferencePrompt + 1) / 2;
+  c.prefill_tokens_per_s = kReferencePrompt / (kReferencePrompt / 38000 - pairs * c.prefill_pair_s);
+  return c;
 }
 
 double SimRunner::transfer_seconds(size_t tokens) const {

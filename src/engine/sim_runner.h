@@ -62,11 +62,23 @@ namespace hiq {
 // GB/s of BF16, where the engine measured 94.4 (same file and table,
 // "Restore and backup through the engine"). Until 2026-12 this was 380 GB/s,
 // a figure no measurement gave; docs/simulation.md's tables were made with it.
+//
+// By default a step costs the same whatever its batch: a prefill its new
+// tokens at one rate, a decode step one fixed time. batch_dependent() adds
+// what a step's batch costs on the H200 beyond that, and keeps the
+// reference point above where it was (see there).
 struct SimCostModel {
   double prefill_tokens_per_s = 38000;  // new tokens computed per second
-  double decode_step_s = 0.00705;       // one decode step of the whole batch
+  double decode_step_s = 0.00705;       // one decode step of the whole batch (its fixed part, below)
   double pcie_bytes_per_s = 54e9;       // L2 → L1 wire speed, encoded bytes
   double codec_bytes_per_s = 1754e9;    // GPU decode speed, BF16 bytes produced (int8, measured: above)
+  // Per (new token, context token it attends to) pair of a prefill: causal
+  // attention, which grows with the context where the products do not.
+  double prefill_pair_s = 0;
+  // Per context token a decode step reads (its KV), summed over the batch.
+  double decode_context_token_s = 0;
+
+  static SimCostModel batch_dependent();
 };
 
 struct SimRunnerOptions {

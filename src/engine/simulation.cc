@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <map>
+#include <random>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -69,9 +72,13 @@ Status SimulationConfig::validate() const {
                             " tokens), got " + std::to_string(max_total_tokens));
   if (max_concurrency == 0) return invalid_argument("max_concurrency must be positive");
   if (transfer_workers < 1 || transfer_workers > 256) return invalid_argument("transfer_workers must be in [1, 256]");
+  if (!(client_delay_max_s >= 0) || !std::isfinite(client_delay_max_s))
+    return invalid_argument("client_delay_max_s must be zero or more");
   if (!(cost.prefill_tokens_per_s > 0) || !(cost.decode_step_s > 0) || !(cost.pcie_bytes_per_s > 0) ||
       !(cost.codec_bytes_per_s > 0))
     return invalid_argument("cost must have positive rates and step time");
+  if (!(cost.prefill_pair_s >= 0) || !(cost.decode_context_token_s >= 0))
+    return invalid_argument("cost must have batch-dependent terms of zero or more");
   HIQ_RETURN_IF_ERROR(scheduler.validate());
   return Status::ok();
 }
@@ -113,12 +120,29 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
     Scheduler scheduler(cache, *l1, engine.get(), runner, config.scheduler);
     const size_t total = source.total();
     size_t done = 0;
+    // Requests on their way: a client sends when its previous request ends
+    // (or at 0), plus its delay; the scheduler sees each at the first step
+    // boundary at or after that time. Equal times keep the order sent.
+    std::multimap<double, Request> on_the_way;
+    std::mt19937_64 delay_rng(config.client_delay_seed);
+    std::uniform_real_distribution<double> delay(0.0, config.client_delay_max_s);
+    const auto send = [&](Request request, double at) {
+      if (config.client_delay_max_s > 0) at += delay(delay_rng);
+      on_the_way.emplace(at, std::move(request));
+    };
     for (size_t c = 0; c < config.max_concurrency; ++c) {
       std::optional<Request> first = source.next(nullptr, {});
       if (!first) break;
-      scheduler.submit(std::move(*first), 0.0);
+      send(std::move(*first), 0.0);
     }
     while (true) {
+      // With nothing to run, the clock moves on to the next arrival.
+      if (scheduler.waiting() == 0 && scheduler.running() == 0 && !on_the_way.empty())
+        runner.advance_to(on_the_way.begin()->first);
+      while (!on_the_way.empty() && on_the_way.begin()->first <= runner.now()) {
+        auto arrival = on_the_way.extract(on_the_way.begin());
+        scheduler.submit(std::move(arrival.mapped()), arrival.key());
+      }
       HIQ_ASSIGN_OR_RETURN(bool busy, scheduler.step());
       // Backups settle at the end of the step that issued them (a backup of a
       // prefill's new KV takes a few ms on the wire, well inside a step), not
@@ -145,10 +169,10 @@ Result<SimulationReport> run_simulation(const SimulationConfig& config, RequestS
         // rejected conversation ends there.
         std::optional<Request> next =
             r.status.is_ok() ? source.next(&r.request, r.output) : source.next(nullptr, {});
-        if (next) scheduler.submit(std::move(*next), runner.now());
+        if (next) send(std::move(*next), runner.now());
         if (progress) progress(done, total);
       }
-      if (!busy && scheduler.waiting() == 0 && scheduler.running() == 0) break;
+      if (!busy && scheduler.waiting() == 0 && scheduler.running() == 0 && on_the_way.empty()) break;
     }
     cache.drain_transfers();
     const RadixCacheStats& cs = cache.stats();

@@ -1,7 +1,8 @@
 // engine/simulation.h — `hiq sim`: the real cache, transfer engine, codecs and
 // scheduler on real bytes, driven by a workload through SimRunner's virtual
 // clock. Clients run closed-loop: `max_concurrency` requests are in the system
-// at once, and each finished request lets its client send the next. Transfers
+// at once, and each finished request lets its client send the next (after a
+// seeded random delay, when asked: `client_delay_max_s`). Transfers
 // settle at the end of the step that issued them, so a run is deterministic:
 // the same flags give the same report.
 //
@@ -41,6 +42,14 @@ struct SimulationConfig {
   SchedulerOptions scheduler;
   SimCostModel cost;
   size_t max_concurrency = 8;       // --max-concurrency
+  // Each client waits a random time in [0, client_delay_max_s] (uniform,
+  // seeded) before each request it sends, the first one included: the
+  // jitter that keeps real closed-loop clients from moving in lockstep.
+  // With 0 (--client-delay-ms 0), every client sends the moment its previous
+  // request ends, all of them at time 0 to begin with, and clients whose
+  // requests end in the same step stay in step for the rest of the run.
+  double client_delay_max_s = 0;    // --client-delay-ms, in seconds
+  uint64_t client_delay_seed = 1;   // --seed
   int transfer_workers = 2;         // CPU engine threads
   // Every decode step compares every byte of every row it reads, not each
   // row's first values (SimRunnerOptions::verify_every_decode_row): for GPU

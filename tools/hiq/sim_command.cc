@@ -3,6 +3,7 @@
 // workloads.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -34,6 +35,8 @@ struct SimFlags {
   int64_t max_concurrency = 8;
   SchedulerFlags scheduler;
   int transfer_workers = 2;
+  std::string step_cost = "constant";
+  double client_delay_ms = 0;
   bool json = false;
 };
 
@@ -55,6 +58,14 @@ Result<SimulationConfig> build_config(const SimFlags& f) {
   HIQ_RETURN_IF_ERROR(apply_scheduler_flags(f.scheduler, c.scheduler));
   if (f.transfer_workers <= 0) return invalid_argument("--transfer-workers must be positive");
   c.transfer_workers = f.transfer_workers;
+  if (!(f.client_delay_ms >= 0) || !std::isfinite(f.client_delay_ms))
+    return invalid_argument("--client-delay-ms must be zero or more");
+  c.client_delay_max_s = f.client_delay_ms / 1e3;
+  c.client_delay_seed = f.workload.shared_prefix.seed;
+  if (f.step_cost == "batch")
+    c.cost = SimCostModel::batch_dependent();
+  else if (f.step_cost != "constant")
+    return invalid_argument("--step-cost must be constant or batch, got '" + f.step_cost + "'");
   HIQ_RETURN_IF_ERROR(with_flag_names(c.validate(), {{"max_total_tokens", "--max-total-tokens"},
                                                      {"max_concurrency", "--max-concurrency"},
                                                      {"transfer_workers", "--transfer-workers"},
@@ -184,6 +195,14 @@ Subcommand add_sim_command(CLI::App& parent) {
       ->capture_default_str();
   add_scheduler_flags(app, f->scheduler);
   app->add_option("--transfer-workers", f->transfer_workers, "CPU transfer engine threads")->capture_default_str();
+  app->add_option("--client-delay-ms", f->client_delay_ms,
+                  "Each client waits a random 0 … this many ms (seeded by --seed) before each request: the jitter "
+                  "that keeps real clients from moving in lockstep")
+      ->capture_default_str();
+  app->add_option("--step-cost", f->step_cost,
+                  "constant: a prefill step costs its new tokens at one rate and a decode step a fixed time; batch: "
+                  "also their attention and KV reads, fitted to the H200")
+      ->capture_default_str();
   app->add_flag("--json", f->json, "Print one JSON object instead of a table");
   return {app, [f] { return run_sim(*f); }};
 }

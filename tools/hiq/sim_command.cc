@@ -36,7 +36,7 @@ struct SimFlags {
   SchedulerFlags scheduler;
   int transfer_workers = 2;
   std::string step_cost = "constant";
-  double client_delay_ms = 0;
+  double client_delay_ms = 5;  // docs/results.md, "The simulator's clients in lockstep"
   bool json = false;
 };
 

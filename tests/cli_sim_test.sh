@@ -87,6 +87,8 @@ expect_error "--max-running-requests" --max-running-requests 0
 expect_error "--chunked-prefill-size must be positive, or -1 or 0" --chunked-prefill-size -5
 expect_error "--gsp-num-groups" --gsp-num-groups 0
 expect_error "--hicache-ratio must be a positive" --hicache-size 0 --hicache-ratio 0
+expect_error "--client-delay-ms must be zero or more" --client-delay-ms -1
+expect_error "--step-cost must be constant or batch, got 'linear'" --step-cost linear
 # Two flags that would each size the host tier are refused by name, never one
 # of them dropped (the budget flags are shared with serve and bench serve:
 # tests/cli_host_tier_flags_test.sh).

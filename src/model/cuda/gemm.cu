@@ -101,8 +101,8 @@ Result<int> Gemms::ranked(const Plan& p, int most, cublasLtMatmulHeuristicResult
 namespace {
 
 // "algo 66 tile 26 stages 17 split-k 1 reduction 0 inner 0 custom 0 swizzle 0
-// cluster 2": what tells two
-// of cuBLASLt's algorithms apart, from its own attributes.
+// cluster 2": what tells two of cuBLASLt's algorithms apart, from its own
+// attributes.
 std::string describe(const cublasLtMatmulAlgo_t& algo) {
   const auto attribute = [&](cublasLtMatmulAlgoConfigAttributes_t which) {
     // Attributes are 2 or 4 bytes wide: ask the width, then read it into a zeroed 8 (little-endian).

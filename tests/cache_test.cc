@@ -1127,6 +1127,49 @@ TEST(StorageTier, ACorruptOrForeignValueIsAMissNeverServed) {
   EXPECT_EQ(restored, 16u);
 }
 
+// One server: a value it wrote rots, a prefetch finds it unusable and removes
+// it, and the next backup of the prompt writes that block again (the tier must
+// not go on taking it for written), so the whole chain is in storage again.
+TEST(StorageTier, AValueFoundUnusableIsWrittenAgainByTheNextBackup) {
+  auto backend = *make_memory_backend(size_t{16} << 20);
+  std::vector<TokenId> prompt(32);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(i + 5);
+  Harness h(CodecKind::kInt8, 1, 64, 128, RadixCacheOptions{});
+  auto tier = make_tier(h, *backend, 8);
+  ASSERT_TRUE(serve(h, prompt, true));
+  h.cache->drain_transfers();
+  tier->poll();
+  ASSERT_EQ(tier->stats().written_blocks, 4u);
+  const auto keys = storage_keys(tier->fingerprint(), prompt);
+  for (size_t rotten : {size_t{0}, size_t{2}}) {  // the chain's first block, then one inside it
+    auto values = *backend->get(std::span(keys).subspan(rotten, 1));
+    values[0][values[0].size() / 2] ^= std::byte{0x40};
+    ASSERT_TRUE(backend->set(std::span(keys).subspan(rotten, 1), values).is_ok());
+    h.cache->evict_l1(64);
+    h.cache->evict_l2(128);
+    ASSERT_EQ(h.cache->cached_prefix(prompt).total(), 0u);
+    tier->start_prefetch(prompt);
+    tier->poll();
+    EXPECT_EQ(*backend->exists(keys), rotten);  // the run ends at the removed value
+    const uint64_t written = tier->stats().written_blocks;
+    ASSERT_TRUE(serve(h, prompt, true));  // the rest is computed and backed up again
+    h.cache->drain_transfers();
+    tier->poll();
+    EXPECT_EQ(tier->stats().written_blocks, written + 1) << "block " << rotten;
+    EXPECT_EQ(*backend->exists(keys), keys.size()) << "block " << rotten;
+  }
+  EXPECT_EQ(tier->stats().io.corrupt_values, 2u);
+  // A restarted server restores the whole prompt from storage, every row checked.
+  Harness second(CodecKind::kInt8, 1, 64, 128, RadixCacheOptions{});
+  auto fresh = make_tier(second, *backend, 8);
+  ASSERT_NE(fresh->start_prefetch(prompt), 0u);
+  fresh->poll();
+  EXPECT_EQ(fresh->stats().inserted_tokens, 32u);
+  size_t restored = 0;
+  ASSERT_TRUE(serve(second, prompt, true, &restored));
+  EXPECT_EQ(restored, 32u);
+}
+
 // Two prompts that start alike, prefetched at once: the second follows the
 // first's fetch of the shared blocks, then fetches only its own.
 TEST(StorageTier, PromptsSharingBlocksShareOneFetch) {

@@ -269,6 +269,8 @@ void StorageTier::apply(const StorageEngine::Completion& completion) {
     case Pending::Kind::kFetch: {
       Prefetch& p = *prefetches_.at(job.prefetch);
       if (!ok) ++stats_.fetch_failures;
+      // An unusable value was removed: the next backup of its block writes it again.
+      for (const StorageKey& k : completion.removed) remembered_.erase(k);
       p.chunk_hits[job.chunk] = ok ? completion.hits : 0;
       if (--p.chunks_left == 0) finish_fetch(job.prefetch, p);
       return;

@@ -207,6 +207,7 @@ StorageEngine::Completion StorageEngine::run(Operation& operation) {
       if (!unusable.empty()) {
         if (Status removed = backend_->remove(unusable); !removed.is_ok())
           log(LogLevel::kWarning, "storage", "cannot remove an unusable value: " + removed.to_string());
+        c.removed = std::move(unusable);
       }
       break;
     }

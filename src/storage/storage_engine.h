@@ -116,6 +116,9 @@ class StorageEngine {
     Status status;  // OK, or why the backend failed
     size_t hits = 0;
     std::vector<std::vector<std::byte>> payloads;  // get without a sink only
+    // A get's keys whose values were unusable (corrupt, foreign, truncated);
+    // the engine removed them from the backend (or logged why it could not).
+    std::vector<StorageKey> removed;
   };
   // The operations finished since the last poll, never blocking.
   std::vector<Completion> poll();

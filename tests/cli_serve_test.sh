@@ -196,9 +196,62 @@ error_of(*call("POST", "/v1/completions", {"prompt": [1, 2, 999]}), 400)
 error_of(*call("POST", "/v1/completions", {"prompt": ""}), 400)
 error_of(*call("POST", "/v1/completions", {"prompt": list(range(1, 250)) * 3}), 400)  # longer than the context
 error_of(*call("POST", "/v1/completions", raw=b"x" * 70000), 413)
+
+
+def raw_exchange(head, body_parts):
+    """Sends a request by hand (chunked framing, odd content types); returns (status, body)."""
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=60)
+    s.sendall(head)
+    try:
+        for part in body_parts:
+            s.sendall(part)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server answered and closed before the whole body was sent
+    received = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        received += chunk
+        head_end = received.find(b"\r\n\r\n")
+        if head_end >= 0:
+            length = [int(l.split(b":")[1]) for l in received[:head_end].split(b"\r\n") if l.lower().startswith(b"content-length:")]
+            if length and len(received) >= head_end + 4 + length[0]:
+                break
+    s.close()
+    head_end = received.find(b"\r\n\r\n")
+    length = [int(l.split(b":")[1]) for l in received[:head_end].split(b"\r\n") if l.lower().startswith(b"content-length:")]
+    return int(received.split(b" ")[1]), received[head_end + 4:head_end + 4 + length[0]].decode()
+
+
+# A chunked body over --max-body-bytes is refused as one with a Content-Length is
+# (the server used to read it whole, whatever its size).
+chunk = b"x" * 16384
+parts = [b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(64)] + [b"0\r\n\r\n"]
+error_of(*raw_exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                       b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n", parts), 413)
+# A chunked body within the limit is read like any other.
+good = json.dumps({"prompt": ids, "max_tokens": 1, "temperature": 0}).encode()
+status, text = raw_exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+                            [b"%x\r\n%s\r\n" % (len(good), good), b"0\r\n\r\n"])
+assert status == 200 and json.loads(text)["choices"][0]["token_ids"] == ALONE[:1], (status, text)
+# curl -d sends application/x-www-form-urlencoded: the body is still the JSON,
+# under the same limit (not a form's 8 KiB).
+padded = json.dumps({"prompt": ids, "max_tokens": 1, "temperature": 0, "user": "u" * 20000}).encode()
+status, text = raw_exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                            b"Content-Type: application/x-www-form-urlencoded\r\nConnection: close\r\n"
+                            b"Content-Length: %d\r\n\r\n" % len(padded), [padded])
+assert status == 200, (status, text)
+error_of(*raw_exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                       b"Content-Type: multipart/form-data; boundary=b\r\nConnection: close\r\n"
+                       b"Content-Length: 4\r\n\r\n", [b"--b-"]), 415)
 error_of(*call("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}), 400)
 error_of(*call("GET", "/v1/nothing"), 404)
-ok("bad requests: 400 (JSON, temperature, token id, empty, too long, no chat template), 413, 404")
+ok("bad requests: 400 (JSON, temperature, token id, empty, too long, no chat template), 413 (also chunked), 415, 404")
 assert completion({"prompt": ids, "max_tokens": 1, "temperature": 0})["choices"][0]["token_ids"] == ALONE[:1]
 
 # Metrics show what happened.
@@ -226,7 +279,15 @@ assert metric('sglang:num_requests_total{reason="abort"}') >= 1, metrics  # the 
 ok("/metrics: cached tokens by tier, load-back, generated tokens, scheduler steps, TTFT histogram, the aborted request")
 
 assert call("POST", "/flush_cache")[0] == 200
-ok("/flush_cache")
+# Flushes that arrive together are each answered (they used to share one result).
+flushes = [None] * 8
+def flush(k):
+    flushes[k] = call("POST", "/flush_cache")[0]
+threads = [threading.Thread(target=flush, args=(k,)) for k in range(len(flushes))]
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert flushes == [200] * len(flushes), flushes
+ok("/flush_cache, alone and 8 at once")
 print(f"{checks} HTTP checks passed")
 PY
 

@@ -377,6 +377,9 @@ TEST(OpenAiRequest, MaxTokens) {
   expect_both_refuse(R"("max_tokens": 10.0)", "max_tokens", {"must be an integer", "got 10"});
   expect_both_refuse(R"("max_tokens": "10")", "max_tokens", {"must be an integer", "the string '10'"});
   expect_both_refuse(R"("max_tokens": 99999999999999999999)", "max_tokens", {"must be an integer"});
+  // Past int64 but a JSON unsigned: the limit, not a range of negative numbers.
+  expect_both_refuse(R"("max_tokens": 9223372036854775808)", "max_tokens", {"is 9223372036854775808", "limit of 32768"},
+                     StatusCode::kOutOfRange);
 }
 
 TEST(OpenAiRequest, ChatMaxCompletionTokens) {
@@ -410,6 +413,9 @@ TEST(OpenAiRequest, TopP) {
   expect_both_refuse(R"("top_p": 0)", "top_p", {"must be a number in (0, 1]", "got 0"});
   expect_both_refuse(R"("top_p": 1.5)", "top_p", {"(0, 1]", "got 1.5"});
   expect_both_refuse(R"("top_p": [1])", "top_p", {"must be a number", "got an array"});
+  // In (0, 1] as a double but 0 as the sampler's float: refused here, naming the parameter.
+  expect_both_refuse(R"("top_p": 1e-46)", "top_p", {"(0, 1]", "got 1e-46"});
+  EXPECT_TRUE(completion(R"("top_p": 1e-30)").is_ok());
 }
 
 TEST(OpenAiRequest, TopK) {
@@ -583,7 +589,8 @@ TEST(OpenAiRequest, CompletionOnlyUnsupportedParameters) {
 
 TEST(OpenAiRequest, ChatOnlyUnsupportedParameters) {
   EXPECT_TRUE(chat(R"("logprobs": false, "top_logprobs": 0, "tools": [], "tool_choice": "none",
-                      "function_call": "auto", "response_format": {"type": "text"})")
+                      "function_call": "auto", "response_format": {"type": "text"}, "modalities": ["text"],
+                      "audio": null, "prediction": null, "reasoning_effort": null, "verbosity": null)")
                   .is_ok());
   auto refuse = [](std::string_view extra, std::string_view param, std::initializer_list<std::string_view> needles) {
     SCOPED_TRACE(std::string(extra));
@@ -601,6 +608,15 @@ TEST(OpenAiRequest, ChatOnlyUnsupportedParameters) {
   refuse(R"("tool_choice": 1)", "tool_choice", {"must be a string or an object"});
   refuse(R"("response_format": {"type": "json_object"})", "response_format.type", {"'json_object'"});
   refuse(R"("response_format": "json")", "response_format", {"must be an object"});
+  // Outputs other than text are refused, not answered with plain text.
+  refuse(R"("modalities": ["text", "audio"], "audio": {"voice": "alloy", "format": "wav"})", "modalities",
+         {"only \"text\""});
+  refuse(R"("modalities": "text")", "modalities", {"must be an array"});
+  refuse(R"("audio": {"voice": "alloy", "format": "wav"})", "audio", {"not implemented"});
+  refuse(R"("prediction": {"type": "content", "content": "x"})", "prediction", {"not implemented"});
+  refuse(R"("web_search_options": {})", "web_search_options", {"not implemented"});
+  refuse(R"("reasoning_effort": "high")", "reasoning_effort", {"enable_thinking"});
+  refuse(R"("verbosity": "low")", "verbosity", {"only null"});
 }
 
 TEST(OpenAiRequest, LongStringsAreCutInMessages) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -275,6 +276,13 @@ TEST_F(ServingEngineTest, AFullQueueRefusesNewRequests) {
   std::vector<Request> two(2, request(prompt_of(0, 2), 3));
   EXPECT_FALSE(engine_->submit(two).is_ok()) << "n choices count as n requests";
   EXPECT_EQ(engine_->stats().rejected_queue_full, 2u);
+  // More choices than the bound can never be queued: refused as a bad 'n', not "retry later".
+  std::vector<Request> three(3, request(prompt_of(0, 2), 3));
+  auto never = engine_->submit(three);
+  ASSERT_FALSE(never.is_ok());
+  EXPECT_EQ(never.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(never.status().message().rfind("parameter 'n': ", 0), 0u) << never.status().message();
+  EXPECT_EQ(engine_->stats().rejected_queue_full, 2u);
   runner_control_->allow(-1);
   for (auto* s : {&running, &second, &third}) EXPECT_EQ(read_all(***s).result.finish_reason, FinishReason::kLength);
   EXPECT_TRUE(engine_->submit(request(prompt_of(0, 2), 3)).is_ok()) << "room again";
@@ -332,6 +340,38 @@ TEST_F(ServingEngineTest, CancellingARunningRequestEndsItAndKeepsNoSlot) {
   EXPECT_EQ(engine_->stats().cancelled, 1u);
   ASSERT_TRUE(engine_->flush_cache().is_ok());
   EXPECT_EQ(engine_->stats().l1_free_slots, l1_->num_slots());
+}
+
+// Flushes that arrive together (several HTTP workers) each get their answer:
+// they used to share one result slot, so a waiter could miss its wake-up and
+// block its worker for good.
+TEST_F(ServingEngineTest, ConcurrentFlushesAreEachAnswered) {
+  for (int round = 0; round < 25; ++round) {
+    std::vector<std::future<Status>> flushes;
+    for (int i = 0; i < 8; ++i)
+      flushes.push_back(std::async(std::launch::async, [&] { return engine_->flush_cache(); }));
+    for (auto& f : flushes) {
+      ASSERT_EQ(f.wait_for(60s), std::future_status::ready) << "round " << round;
+      EXPECT_TRUE(f.get().is_ok());
+    }
+  }
+  // While a request runs, every waiting flush is refused, and none is lost.
+  runner_control_->allow(1);  // the prefill, then the engine is held
+  auto stream = engine_->submit(request(prompt_of(2, 0), 4));
+  ASSERT_TRUE(stream.is_ok());
+  runner_control_->wait_until_held();
+  std::vector<std::future<Status>> refused;
+  for (int i = 0; i < 4; ++i)
+    refused.push_back(std::async(std::launch::async, [&] { return engine_->flush_cache(); }));
+  runner_control_->allow(-1);
+  for (auto& f : refused) {
+    ASSERT_EQ(f.wait_for(60s), std::future_status::ready);
+    const Status status = f.get();
+    // A flush the engine takes after the request has ended succeeds.
+    EXPECT_TRUE(status.is_ok() || status.code() == StatusCode::kFailedPrecondition) << status.to_string();
+  }
+  ASSERT_TRUE(read_all(**stream).finished);
+  EXPECT_TRUE(engine_->flush_cache().is_ok());
 }
 
 TEST_F(ServingEngineTest, SeededSamplingIsReproducible) {

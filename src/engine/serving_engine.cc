@@ -73,12 +73,16 @@ Result<std::shared_ptr<GenerationStream>> ServingEngine::submit(std::vector<Requ
       return invalid_argument("logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
     HIQ_RETURN_IF_ERROR(request.sampling.validate());
   }
+  // More choices than the queue can ever hold: no retry can help.
+  const size_t bound = options_.max_queued_requests;
+  if (bound > 0 && choices.size() > bound)
+    return invalid_argument("parameter 'n': " + std::to_string(choices.size()) +
+                            " choices are more than the queue holds (--max-queued-requests " + std::to_string(bound) + ")");
   std::shared_ptr<GenerationStream> stream;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return unavailable("the server is shutting down");
     // The queue: what waits for admission, and what the engine thread has not taken yet.
-    const size_t bound = options_.max_queued_requests;
     const size_t queued = stats_.waiting + submissions_.size() + in_transit_;
     if (bound > 0 && queued + choices.size() > bound) {
       ++stats_.rejected_queue_full;
@@ -117,11 +121,11 @@ void ServingEngine::cancel(const GenerationStream& stream) {
 Status ServingEngine::flush_cache() {
   std::unique_lock lock(mutex_);
   if (stopping_) return unavailable("the server is shutting down");
-  flush_requested_ = true;
-  flush_result_.reset();
+  FlushWaiter waiter;
+  flush_waiters_.push_back(&waiter);
   wake_.notify_all();
-  flushed_.wait(lock, [&] { return flush_result_.has_value(); });
-  return *std::exchange(flush_result_, std::nullopt);
+  flushed_.wait(lock, [&] { return waiter.result.has_value(); });
+  return *waiter.result;
 }
 
 bool ServingEngine::stopping() const {
@@ -190,16 +194,17 @@ void ServingEngine::loop() {
   while (true) {
     std::vector<Request> submissions;
     std::vector<uint64_t> cancellations;
-    bool flush = false, stopping = false;
+    std::vector<FlushWaiter*> flushes;
+    bool stopping = false;
     {
       std::unique_lock lock(mutex_);
       const bool idle = scheduler_.waiting() == 0 && scheduler_.running() == 0;
-      if (idle && submissions_.empty() && cancellations_.empty() && !flush_requested_ && !stopping_)
+      if (idle && submissions_.empty() && cancellations_.empty() && flush_waiters_.empty() && !stopping_)
         wake_.wait_for(lock, kIdlePoll);
       submissions.swap(submissions_);
       in_transit_ = submissions.size();
       cancellations.swap(cancellations_);
-      flush = std::exchange(flush_requested_, false);
+      flushes.swap(flush_waiters_);
       stopping = stopping_;
     }
     for (Request& r : submissions) scheduler_.submit(std::move(r), runner_.now());
@@ -226,7 +231,10 @@ void ServingEngine::loop() {
       dispatch();
       cache_.drain_transfers();
       std::lock_guard lock(mutex_);
-      if (flush) flush_result_ = unavailable("the server is shutting down");
+      // Nothing more is taken from now on: answer every flush still waiting.
+      flushes.insert(flushes.end(), flush_waiters_.begin(), flush_waiters_.end());
+      flush_waiters_.clear();
+      for (FlushWaiter* waiter : flushes) waiter->result = unavailable("the server is shutting down");
       for (auto& [id, reader] : streams_) {  // anything the scheduler could not finish
         GenerationEvent event;
         event.kind = GenerationEvent::Kind::kFinished;
@@ -261,7 +269,7 @@ void ServingEngine::loop() {
       if (storage_ != nullptr) storage_->poll();  // writes to storage finish (and unpin) while idle too
     }
     dispatch();
-    if (flush) {
+    if (!flushes.empty()) {
       Status result = Status::ok();
       if (scheduler_.waiting() > 0 || scheduler_.running() > 0) {
         result = failed_precondition("requests are running; flush the cache when the server is idle");
@@ -270,7 +278,7 @@ void ServingEngine::loop() {
         cache_.clear();
       }
       std::lock_guard lock(mutex_);
-      flush_result_ = std::move(result);
+      for (FlushWaiter* waiter : flushes) waiter->result = result;
       stats_.cache = cache_.stats();
       stats_.l1_free_slots = l1_.allocator().free_count();
       if (l2_ != nullptr) stats_.l2_used_tokens = l2_->used_tokens();

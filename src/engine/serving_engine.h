@@ -133,8 +133,12 @@ class ServingEngine {
   std::vector<Request> submissions_;
   size_t in_transit_ = 0;  // submissions the engine thread took and has not yet queued in the scheduler
   std::vector<uint64_t> cancellations_;
-  bool flush_requested_ = false;
-  std::optional<Status> flush_result_;
+  // Each flush_cache() call waits on its own entry until the engine thread
+  // answers it; calls that arrive together share one flush.
+  struct FlushWaiter {
+    std::optional<Status> result;
+  };
+  std::vector<FlushWaiter*> flush_waiters_;
   std::condition_variable flushed_;
   bool stopping_ = false;
   uint64_t next_id_ = 1;

@@ -51,6 +51,41 @@ void write_error(httplib::Response& res, const openai::ProtocolError& error) {
 }
 void write_status(httplib::Response& res, const Status& status) { write_error(res, openai::protocol_error(status)); }
 
+// A POST body, read through `reader` up to `limit` bytes whatever its framing
+// (cpp-httplib's own payload limit passes chunked bodies whole). On failure
+// the error is written to `res` and nullopt returned. The rest of a body over
+// the limit is read and dropped, up to `limit` more bytes, so that the
+// connection stays in step for the client's next request.
+std::optional<std::string> read_body(const httplib::Request& req, httplib::Response& res,
+                                     const httplib::ContentReader& reader, size_t limit) {
+  const auto refuse = [&](int http_status, std::string message) {
+    openai::ProtocolError e;
+    e.http_status = http_status;
+    e.type = "invalid_request_error";
+    e.message = std::move(message);
+    write_error(res, e);
+    return std::nullopt;
+  };
+  if (req.is_multipart_form_data())
+    return refuse(415, "the request body must be JSON (Content-Type: application/json), not multipart/form-data");
+  std::string body;
+  bool too_large = false;
+  size_t dropped = 0;
+  const bool read = reader([&](const char* data, size_t size) {
+    if (!too_large && size <= limit - body.size()) {
+      body.append(data, size);
+      return true;
+    }
+    too_large = true;
+    dropped += size;
+    return dropped <= limit;
+  });
+  if (too_large || res.status == 413)
+    return refuse(413, "the request body is larger than the limit of " + std::to_string(limit) + " bytes");
+  if (!read) return refuse(400, "the request body could not be read");
+  return body;
+}
+
 openai::FinishReason finish_reason_of(FinishReason reason) {
   switch (reason) {
     case FinishReason::kLength: return openai::FinishReason::kLength;
@@ -315,7 +350,8 @@ struct HttpServer::Impl {
       job.params = r.params;
       HIQ_ASSIGN_OR_RETURN(const std::string text, render_chat(r));
       HIQ_ASSIGN_OR_RETURN(request.prompt, tokenizer->encode(text, /*parse_special=*/true));
-      if (const auto im_end = tokenizer->token_id("<|im_end|>")) request.stop_token_ids.push_back(*im_end);
+      if (const auto im_end = tokenizer->token_id("<|im_end|>"); im_end && !job.params.ignore_eos)
+        request.stop_token_ids.push_back(*im_end);
     } else {
       HIQ_ASSIGN_OR_RETURN(openai::CompletionRequest r, openai::parse_completion_request(body, options.limits));
       job.model = r.model;
@@ -467,6 +503,13 @@ struct HttpServer::Impl {
     return u;
   }
 
+  void completions(const httplib::Request& req, httplib::Response& res, const std::string& body) {
+    generate(req, res, body, /*chat=*/false);
+  }
+  void chat_completions(const httplib::Request& req, httplib::Response& res, const std::string& body) {
+    generate(req, res, body, /*chat=*/true);
+  }
+
   // The first error among the choices, if one failed.
   static std::optional<Status> failure(const std::vector<Reader>& readers) {
     for (const Reader& r : readers)
@@ -474,9 +517,9 @@ struct HttpServer::Impl {
     return std::nullopt;
   }
 
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+  void generate(const httplib::Request& req, httplib::Response& res, const std::string& body, bool chat) {
     if (!authorized(req, res)) return;
-    auto job = prepare(req.body, chat);
+    auto job = prepare(body, chat);
     if (!job) return write_status(res, job.status());
     auto submitted = stack.engine().submit(job->choices);
     if (!submitted) return write_status(res, submitted.status());
@@ -633,9 +676,9 @@ struct HttpServer::Impl {
 
   // POST /tokenize: a text (with what the tokenizer adds before it) or a
   // conversation through the chat template.
-  void tokenize(const httplib::Request& req, httplib::Response& res) {
+  void tokenize(const httplib::Request& req, httplib::Response& res, const std::string& body) {
     if (!authorized(req, res)) return;
-    auto r = openai::parse_tokenize_request(req.body, options.limits);
+    auto r = openai::parse_tokenize_request(body, options.limits);
     if (!r) return write_status(res, r.status());
     if (stack.tokenizer() == nullptr)
       return write_status(res, invalid_argument("this model has no tokenizer.json: it takes and gives token ids only"));
@@ -656,9 +699,9 @@ struct HttpServer::Impl {
   }
 
   // POST /detokenize: token ids back to text (special tokens kept, as vLLM's).
-  void detokenize(const httplib::Request& req, httplib::Response& res) {
+  void detokenize(const httplib::Request& req, httplib::Response& res, const std::string& body) {
     if (!authorized(req, res)) return;
-    auto r = openai::parse_detokenize_request(req.body, options.limits);
+    auto r = openai::parse_detokenize_request(body, options.limits);
     if (!r) return write_status(res, r.status());
     if (stack.tokenizer() == nullptr)
       return write_status(res, invalid_argument("this model has no tokenizer.json: it takes and gives token ids only"));
@@ -724,14 +767,19 @@ struct HttpServer::Impl {
                      {"vocab_size", stack.vocab_size()}}}}};
       res.set_content(body.dump(), "application/json");
     });
-    server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      generate(req, res, /*chat=*/false);
-    });
-    server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      generate(req, res, /*chat=*/true);
-    });
-    server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
-    server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
+    // Bodies are read by the handlers (read_body), so that one limit holds
+    // whatever the framing or content type.
+    using Handler = void (Impl::*)(const httplib::Request&, httplib::Response&, const std::string&);
+    const auto post = [this](const std::string& path, Handler handler) {
+      server.Post(path, [this, handler](const httplib::Request& req, httplib::Response& res,
+                                        const httplib::ContentReader& reader) {
+        if (const auto body = read_body(req, res, reader, options.limits.max_body_bytes)) (this->*handler)(req, res, *body);
+      });
+    };
+    post("/v1/completions", &Impl::completions);
+    post("/v1/chat/completions", &Impl::chat_completions);
+    post("/tokenize", &Impl::tokenize);
+    post("/detokenize", &Impl::detokenize);
     server.Post("/flush_cache", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
       const Status flushed = stack.engine().flush_cache();

@@ -232,8 +232,9 @@ Result<GenerationParams> parse_generation(const json& body, const ProtocolLimits
   if (p.temperature && !(*p.temperature >= 0.0 && *p.temperature <= 2.0))
     return bad_param("temperature", "must be a number in [0, 2]", *field(body, "temperature"));
   HIQ_ASSIGN_OR_RETURN(p.top_p, number_field(body, "top_p"));
-  if (p.top_p && !(*p.top_p > 0.0 && *p.top_p <= 1.0))
-    return bad_param("top_p", "must be a number in (0, 1]", *field(body, "top_p"));
+  // Sampling runs in float: a top_p that rounds to 0 there is out of range too.
+  if (p.top_p && !(static_cast<float>(*p.top_p) > 0.0f && *p.top_p <= 1.0))
+    return bad_param("top_p", "must be a number in (0, 1] (at least 1.2e-38)", *field(body, "top_p"));
   HIQ_ASSIGN_OR_RETURN(const auto top_k, int_field(body, "top_k", -1, std::numeric_limits<int32_t>::max()));
   if (top_k) {
     if (*top_k == 0) return bad_param("top_k", "must be -1 (all tokens) or at least 1, got 0");
@@ -280,6 +281,10 @@ Result<GenerationParams> parse_generation(const json& body, const ProtocolLimits
 Result<int> parse_max_tokens(const json& body, std::string_view name, const ProtocolLimits& limits, int fallback) {
   const json* v = field(body, name);
   if (v == nullptr) return fallback;
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(limits.max_max_tokens))
+    return bad_param(name, "is " + v->dump() + ", more than this server's limit of " +
+                               std::to_string(limits.max_max_tokens),
+                     StatusCode::kOutOfRange);
   HIQ_ASSIGN_OR_RETURN(const auto n, int_field(body, name, std::numeric_limits<int64_t>::min(),
                                                std::numeric_limits<int64_t>::max()));
   if (*n < 1) return bad_param(name, "must be at least 1", *v);
@@ -437,8 +442,9 @@ Status parse_messages(const json& body, const ProtocolLimits& limits, ChatReques
   return Status::ok();
 }
 
-// tools, functions, tool_choice, function_call, response_format: accepted only
-// when they ask for nothing.
+// tools, functions, tool_choice, function_call, response_format and the
+// output options (modalities, audio, prediction, reasoning_effort, …):
+// accepted only when they ask for nothing.
 Status refuse_tools_and_formats(const json& body) {
   for (std::string_view name : {"tools", "functions"}) {
     if (const json* v = field(body, name)) {
@@ -453,6 +459,19 @@ Status refuse_tools_and_formats(const json& body) {
         return unsupported(name, "only 'none' and 'auto' are accepted (tool calling is not implemented)");
     }
   }
+  // Outputs this server cannot produce: refused, never silently plain text.
+  if (const json* v = field(body, "modalities")) {
+    if (!v->is_array()) return bad_param("modalities", "must be an array", *v);
+    for (const json& m : *v)
+      if (m != "text") return unsupported("modalities", "only \"text\" is accepted, got " + describe(m));
+  }
+  if (field(body, "audio") != nullptr) return unsupported("audio", "audio output is not implemented");
+  if (field(body, "prediction") != nullptr) return unsupported("prediction", "predicted outputs are not implemented");
+  if (field(body, "web_search_options") != nullptr) return unsupported("web_search_options", "web search is not implemented");
+  for (std::string_view name : {"reasoning_effort", "verbosity"})
+    if (field(body, name) != nullptr)
+      return unsupported(name, "only null is accepted (a Qwen3 template switches thinking with "
+                               "chat_template_kwargs {\"enable_thinking\": false})");
   if (const json* v = field(body, "response_format")) {
     if (!v->is_object()) return bad_param("response_format", "must be an object", *v);
     HIQ_ASSIGN_OR_RETURN(const auto type, string_field(*v, "type", "response_format.type"));

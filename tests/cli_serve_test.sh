@@ -398,14 +398,14 @@ echo "ok   hiq bench serve --compare tiered:int8,int4h@cpu: the ladder demotes o
 # a tiny random checkpoint written here, with the Qwen2-style test tokenizer.
 CHAT="$TMP/chat-model"
 "$(dirname "$0")/../scripts/make-demo-model" "$CHAT" --vocab 1024 --hidden 32 --intermediate 64 --layers 2 \
-  --heads 2 --kv-heads 1 --head-dim 16 --max-position 4096 --dtype f32 --seed 3 \
+  --heads 2 --kv-heads 1 --head-dim 16 --max-position 300 --dtype f32 --seed 3 \
   --tokenizer "$(dirname "$0")/data/tokenizers/qwen2-style/tokenizer.json" 2>/dev/null
 "$HIQ" serve --model "$CHAT" --port 0 --max-total-tokens 512 2>"$TMP/chat.log" &
 CHAT_PID=$!
 for _ in $(seq 1 200); do grep -q "listening on" "$TMP/chat.log" && break; sleep 0.05; done
 CHAT_PORT="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$TMP/chat.log")"
 python3 - "$CHAT_PORT" <<'PY'
-import json, sys, urllib.request
+import json, sys, urllib.error, urllib.request
 base = f"http://127.0.0.1:{sys.argv[1]}"
 def post(body):
     req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST",
@@ -426,6 +426,22 @@ content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
 assert content == choice["message"]["content"], (content, choice)
 assert chunks[-1]["choices"][0]["finish_reason"] == choice["finish_reason"], chunks[-1]
 print("ok   chat completions through ChatML and a BPE tokenizer: whole and streamed agree")
+# The model's 300 positions bound a request, not L1's 512 slots.
+models = json.loads(urllib.request.urlopen(base + "/v1/models", timeout=60).read())
+assert models["data"][0]["max_model_len"] == 300, models
+def completion(body):
+    req = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+status, body = completion({"prompt": list(range(10, 300)), "max_tokens": 100, "temperature": 0, "ignore_eos": True})
+assert status == 200 and body["usage"]["completion_tokens"] == 10 and body["choices"][0]["finish_reason"] == "length", body
+status, body = completion({"prompt": list(range(10, 310)), "max_tokens": 1})
+assert status == 400 and "context of 300" in body["error"]["message"], body
+print("ok   the model's max_position_embeddings bounds prompt + output (max_model_len 300 with 512 L1 slots)")
 PY
 kill -TERM "$CHAT_PID"
 wait "$CHAT_PID" || { echo "FAIL: the chat server did not stop cleanly" >&2; exit 1; }

@@ -105,6 +105,7 @@ TEST(ModelConfig, ReadsQwen3_8B) {
   EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
   EXPECT_EQ(c->rope_scaling, RopeScaling{});
   EXPECT_EQ(c->max_position_embeddings, 40960);
+  EXPECT_EQ(c->context_length(), 40960);
   EXPECT_FALSE(c->tie_word_embeddings);
   EXPECT_TRUE(c->qk_norm);
   EXPECT_FALSE(c->qkv_bias);
@@ -130,6 +131,7 @@ TEST(ModelConfig, ReadsLlama31_8BWithLlama3Rope) {
   EXPECT_DOUBLE_EQ(c->rope_scaling.high_freq_factor, 4.0);
   EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 8192);
   EXPECT_EQ(c->max_position_embeddings, 131072);
+  EXPECT_EQ(c->context_length(), 131072);  // llama3's max_position_embeddings counts its factor already
 }
 
 TEST(ModelConfig, ReadsQwen25_7BWithItsFixedQkvBias) {
@@ -198,6 +200,7 @@ TEST(ModelConfig, ReadsYarnWithDefaults) {
   expected.factor = 4.0;
   expected.original_max_position_embeddings = 32768;
   EXPECT_EQ(c->rope_scaling, expected);  // beta_fast 32, beta_slow 1, mscale 1, mscale_all_dim 0
+  EXPECT_EQ(c->context_length(), 131072);  // Qwen3's documented YaRN setting: 4 × 32,768
 }
 
 TEST(ModelConfig, ReadsEveryYarnParameterAndTheLegacyTypeKey) {
@@ -212,6 +215,7 @@ TEST(ModelConfig, ReadsEveryYarnParameterAndTheLegacyTypeKey) {
   EXPECT_DOUBLE_EQ(c->rope_scaling.beta_slow, 2.0);
   EXPECT_DOUBLE_EQ(c->rope_scaling.mscale, 0.707);
   EXPECT_DOUBLE_EQ(c->rope_scaling.mscale_all_dim, 0.707);
+  EXPECT_EQ(c->context_length(), 40 * 40960);  // no original: the factor times max_position_embeddings
 }
 
 TEST(ModelConfig, ReadsTransformers5RopeParameters) {

@@ -250,6 +250,14 @@ Status ModelConfig::validate() const {
   return check_rope_scaling(rope_scaling, source, "rope_scaling.");
 }
 
+int64_t ModelConfig::context_length() const {
+  if (rope_scaling.kind != RopeScaling::Kind::kYarn) return max_position_embeddings;
+  const int64_t original = rope_scaling.original_max_position_embeddings > 0
+                               ? rope_scaling.original_max_position_embeddings
+                               : max_position_embeddings;
+  return static_cast<int64_t>(static_cast<double>(original) * rope_scaling.factor);
+}
+
 KvGeometry ModelConfig::kv_geometry(int page_size) const {
   HIQ_CHECK_MSG(validate().is_ok(), "kv_geometry() of an invalid ModelConfig");
   GeometryOptions options;  // one TP rank, the default (BF16) L1: what the forward pass writes

@@ -56,6 +56,12 @@ struct ModelConfig {
   TensorDtype torch_dtype = TensorDtype::kBf16;       // dtype the checkpoint was saved in ("dtype"/"torch_dtype";
                                                       // informational: every tensor records its own)
 
+  // The longest sequence (prompt + output) the model takes: max_position_embeddings,
+  // or for yarn factor × original_max_position_embeddings (max_position_embeddings
+  // when the config has no original), as vLLM and SGLang derive it. llama3's
+  // max_position_embeddings already counts its scaling.
+  int64_t context_length() const;
+
   int q_width() const { return num_attention_heads * head_dim; }  // rows of q_proj
   int kv_width() const { return num_kv_heads * head_dim; }        // rows of k_proj and v_proj
 

@@ -291,7 +291,7 @@ struct HttpServer::Impl {
     host_used->get().set(static_cast<double>(s.l2_used_tokens));
     host_total->get().set(static_cast<double>(stack.host_capacity_tokens()));
     device_free->get().set(static_cast<double>(s.l1_free_slots));
-    device_total->get().set(static_cast<double>(stack.context_tokens()));
+    device_total->get().set(static_cast<double>(stack.l1_slots()));
     tp_size->get().set(static_cast<double>(stack.tp_size()));
     return registry.render();
   }

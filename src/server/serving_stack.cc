@@ -1,5 +1,6 @@
 #include "server/serving_stack.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -289,6 +290,11 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
   s->serving_ = std::make_unique<ServingEngine>(*s->cache_, *s->l1_, s->transfer_.get(), *s->runner_, c.scheduler,
                                                 s->l2_.get(), s->storage_.get());
   return Result<std::unique_ptr<ServingStack>>(std::move(s));
+}
+
+size_t ServingStack::context_tokens() const {
+  const int64_t model = model_->checkpoint().config().context_length();
+  return model > 0 ? std::min(l1_slots(), static_cast<size_t>(model)) : l1_slots();
 }
 
 }  // namespace hiq

@@ -149,8 +149,10 @@ class ServingStack {
   const std::string& model_name() const { return model_->name(); }
   int vocab_size() const { return model_->vocab_size(); }
   const std::vector<int32_t>& eos_token_ids() const { return model_->eos_token_ids(); }
-  // The longest prompt + output a request can have: L1's slots.
-  size_t context_tokens() const { return l1_->num_slots(); }
+  // The longest prompt + output a request can have: L1's slots, at most the
+  // model's context length (ModelConfig::context_length).
+  size_t context_tokens() const;
+  size_t l1_slots() const { return l1_->num_slots(); }
   // L2 capacity in tokens (0 without a host tier); its use is in engine().stats().
   size_t host_capacity_tokens() const { return l2_ ? l2_->capacity_tokens() : 0; }
   // The host tier, or null without one.

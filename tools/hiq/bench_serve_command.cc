@@ -131,7 +131,7 @@ nlohmann::json report_json(const LoadReport& r, ServingStack* stack) {
   const HostKvPool* l2 = stack->host_pool();
   out["server"] = {{"device", stack->device()},
                    {"tp_size", stack->tp_size()},
-                   {"l1_slots", stack->context_tokens()},
+                   {"l1_slots", stack->l1_slots()},
                    {"l1_free_slots", s.l1_free_slots},
                    {"l2_codec", l2 ? l2->codec_spec() : "none"},
                    {"l2_record_align", l2 ? l2->layout(KvPart::kK).record_align : 0},

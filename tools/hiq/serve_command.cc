@@ -65,10 +65,12 @@ int run_serve(ServeFlags& f, const ServeOnlyFlags& o) {
   HttpServer server(**stack, f.http);
   auto port = server.bind();
   if (!port) return report_error("serve", port.status());
-  std::fprintf(stderr, "hiq serve: listening on http://%s:%d — model %s, %s%s, L1 %zu tokens, L2 %zu tokens (%s), %s\n",
+  std::fprintf(stderr,
+               "hiq serve: listening on http://%s:%d — model %s, %s%s, context %zu tokens, L1 %zu tokens, L2 %zu "
+               "tokens (%s), %s\n",
                f.http.host.c_str(), *port, (*stack)->model_name().c_str(), config->device.c_str(),
                config->tp_size > 1 ? (", tp " + std::to_string(config->tp_size)).c_str() : "",
-               (*stack)->context_tokens(), (*stack)->host_capacity_tokens(),
+               (*stack)->context_tokens(), (*stack)->l1_slots(), (*stack)->host_capacity_tokens(),
                config->hicache ? f.host.codec.c_str() : "no host tier",
                (*stack)->tokenizer() != nullptr ? "text and token-id prompts" : "token-id mode (no tokenizer.json)");
   std::fflush(stderr);

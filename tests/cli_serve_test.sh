@@ -136,6 +136,24 @@ assert streamed == text["choices"][0]["text"], (streamed, text)
 assert chunks[-1]["usage"]["completion_tokens"] == 8, chunks[-1]
 ok("streaming: %d events, the same text, a usage chunk, [DONE]" % len(events))
 
+# Log-probabilities streamed carry the same text_offset as the whole response
+# (they used to restart at 0 in every chunk), with and without echo.
+def stream_chunks(body):
+    req = urllib.request.Request(BASE + "/v1/completions", method="POST",
+                                 headers={**KEY, "Content-Type": "application/json"},
+                                 data=json.dumps({**body, "stream": True}).encode())
+    with urllib.request.urlopen(req, timeout=60) as r:
+        events = [e[len("data: "):] for e in r.read().decode().split("\n\n") if e.startswith("data: ")]
+    return [json.loads(e) for e in events[:-1]]
+for echo in (False, True):
+    body = {"prompt": "Hello, world!", "max_tokens": 6, "temperature": 0, "logprobs": 1, "echo": echo}
+    whole = completion(body)["choices"][0]["logprobs"]
+    parts = [c["choices"][0]["logprobs"] for c in stream_chunks(body) if c["choices"] and c["choices"][0]["logprobs"]]
+    assert sum((p["text_offset"] for p in parts), []) == whole["text_offset"], (parts, whole)
+    assert sum((p["tokens"] for p in parts), []) == whole["tokens"], (parts, whole)
+    assert whole["text_offset"][-1] > 0, whole
+ok("streamed log-probabilities: the whole response's text_offset, with and without echo")
+
 # A stop string cuts the text before it.
 full = text["choices"][0]["text"]
 if len(full) >= 4:

@@ -109,6 +109,7 @@ struct HttpServer::Impl {
                                  .count();
 
   MetricsRegistry registry;
+  std::mutex metrics_mutex;  // serializes metrics_text()
   Family<Counter>* http_requests = nullptr;
   Family<Counter>* prompt_tokens = nullptr;
   Family<Counter>* generation_tokens = nullptr;
@@ -235,6 +236,8 @@ struct HttpServer::Impl {
   }
 
   std::string metrics_text() {
+    // One scrape at a time: sync() reads a counter and adds the difference.
+    std::lock_guard lock(metrics_mutex);
     const ServingStats s = stack.engine().stats();
     sync(cached_tokens->with({"device"}), static_cast<double>(s.cached_l1_tokens));
     sync(cached_tokens->with({"host"}), static_cast<double>(s.cached_l2_tokens - s.cached_storage_tokens));
@@ -412,6 +415,7 @@ struct HttpServer::Impl {
     std::vector<int32_t> ids;
     std::vector<openai::LogprobEntry> logprobs;  // of the generated tokens, when asked
     std::vector<openai::LogprobEntry> prompt_logprobs;  // with echo and logprobs
+    size_t logprob_offset = 0;  // completions stream: text_offset of the next log-probability entry
     bool stopped_by_string = false;
     bool finished = false;
     RequestResult result;
@@ -481,7 +485,6 @@ struct HttpServer::Impl {
     const RequestResult& result = reader.result;
     e2e->get().observe(seconds_since(reader.start));
     prompt_tokens->get().inc(static_cast<double>(result.prompt_tokens));
-    generation_tokens->get().inc(static_cast<double>(reader.ids.size()));
     const char* reason = result.finish_reason == FinishReason::kError       ? "error"
                          : result.finish_reason == FinishReason::kCancelled ? (reader.stopped_by_string ? "stop" : "abort")
                          : result.finish_reason == FinishReason::kLength    ? "length"
@@ -550,6 +553,7 @@ struct HttpServer::Impl {
       const bool was_stopped = reader.stopped_by_string;
       if (event->logprobs && !was_stopped) reader.logprobs.push_back(reader.entry(*event->logprobs));
       texts[event->choice] += reader.token(event->token);
+      if (!was_stopped) generation_tokens->get().inc();  // as it comes, so the rate shows while requests run
       if (reader.stopped_by_string && !was_stopped) stack.engine().cancel(stream->ids()[event->choice]);
     }
     for (size_t i = 0; i < readers.size(); ++i) {
@@ -626,15 +630,19 @@ struct HttpServer::Impl {
           if (!event->prompt_logprobs.empty()) reader.set_prompt_logprobs(j.prompt(), event->prompt_logprobs);
           const bool with_logprobs = j.params.logprobs >= 0;
           send(openai::completion_chunk(ctx, j.echo_text, std::nullopt, nullptr,
-                                        {index, with_logprobs ? &reader.prompt_logprobs : nullptr}));
+                                        {index, with_logprobs ? &reader.prompt_logprobs : nullptr, 0}));
+          if (with_logprobs) reader.logprob_offset = openai::logprob_text_characters(reader.prompt_logprobs);
         }
         const bool was_stopped = reader.stopped_by_string;
         const std::string text = reader.token(event->token);
+        if (!was_stopped) generation_tokens->get().inc();
         std::vector<openai::LogprobEntry> logprobs;
         if (event->logprobs && !was_stopped) logprobs.push_back(reader.entry(*event->logprobs));
         const std::vector<int32_t> one = {event->token};
         const std::vector<int32_t>* ids = j.token_mode && !was_stopped ? &one : nullptr;
-        const openai::ChunkExtras extras{index, event->logprobs && !was_stopped ? &logprobs : nullptr};
+        const openai::ChunkExtras extras{index, event->logprobs && !was_stopped ? &logprobs : nullptr,
+                                         reader.logprob_offset};
+        if (extras.logprobs != nullptr) reader.logprob_offset += openai::logprob_text_characters(logprobs);
         if (j.chat) {
           const ReasoningSplitter::Piece piece = reader.reasoning.feed(text);
           if (!piece.reasoning.empty()) send(openai::chat_reasoning_chunk(ctx, piece.reasoning, index));

@@ -257,7 +257,11 @@ struct StreamContext {
 struct ChunkExtras {
   size_t index = 0;
   const std::vector<LogprobEntry>* logprobs = nullptr;
+  size_t text_offset = 0;  // completions: the first entry's offset in the choice's text so far
 };
+// The characters of the choice's text that `entries` stand for, as
+// completions' text_offset counts them: a stream adds them up chunk by chunk.
+size_t logprob_text_characters(const std::vector<LogprobEntry>& entries);
 
 // object "text_completion"; finish_reason null until `finish` is given.
 std::string completion_chunk(const StreamContext& stream, std::string_view text,

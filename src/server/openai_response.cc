@@ -58,6 +58,16 @@ size_t shown_characters(const std::string& bytes) {
   return n;
 }
 
+}  // namespace
+
+size_t logprob_text_characters(const std::vector<LogprobEntry>& entries) {
+  size_t n = 0;
+  for (const LogprobEntry& e : entries) n += shown_characters(e.chosen.token);
+  return n;
+}
+
+namespace {
+
 // Completions' legacy shape: parallel arrays over the tokens of the text.
 ordered_json completion_logprobs(const std::vector<LogprobEntry>& entries, size_t first_offset) {
   ordered_json tokens = ordered_json::array(), logprobs = ordered_json::array(), tops = ordered_json::array(),
@@ -237,7 +247,7 @@ std::string completion_chunk(const StreamContext& stream, std::string_view text,
   ordered_json c;
   c["index"] = extras.index;
   c["text"] = text;
-  c["logprobs"] = logprobs_json(extras.logprobs, /*chat=*/false);
+  c["logprobs"] = logprobs_json(extras.logprobs, /*chat=*/false, extras.text_offset);
   c["finish_reason"] = finish_json(finish);
   if (token_ids != nullptr) c["token_ids"] = *token_ids;
   return chunk(stream, /*chat=*/false, std::move(c));

@@ -154,6 +154,25 @@ for echo in (False, True):
     assert whole["text_offset"][-1] > 0, whole
 ok("streamed log-probabilities: the whole response's text_offset, with and without echo")
 
+# With n = 2, a choice that stops early sends its finish chunk then, not after
+# the other choice's last token. Seeded choices are reproducible: pick a seed
+# where a token of choice 0 never comes in choice 1, and stop on it.
+for seed in range(1, 50):
+    body = {"prompt": ids, "max_tokens": 12, "temperature": 1.0, "seed": seed, "n": 2}
+    first, second = (c["token_ids"] for c in completion(body)["choices"])
+    if first[1] not in second:
+        break
+else:
+    raise AssertionError("no seed in 1..49 gives choices that differ at token 1")
+body = {**body, "stop_token_ids": [first[1]]}
+chunks = stream_chunks(body)
+finish_0 = next(k for k, c in enumerate(chunks) if c["choices"] and c["choices"][0]["index"] == 0
+                and c["choices"][0]["finish_reason"] == "stop")
+last_token_1 = max(k for k, c in enumerate(chunks) if c["choices"] and c["choices"][0]["index"] == 1
+                   and c["choices"][0].get("token_ids"))
+assert finish_0 < last_token_1, (finish_0, last_token_1, chunks)
+ok("n = 2 streamed: the choice that stops early finishes at once (chunk %d of %d)" % (finish_0, len(chunks)))
+
 # A stop string cuts the text before it.
 full = text["choices"][0]["text"]
 if len(full) >= 4:

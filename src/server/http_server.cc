@@ -602,6 +602,23 @@ struct HttpServer::Impl {
       const auto cancel_if_gone = [&] {
         if (client_gone) stack.engine().cancel(*stream);
       };
+      // A choice that ends sends its held-back text and finish chunk at once,
+      // not after the other choices have ended.
+      const auto finish_choice = [&](size_t i) {
+        Reader& reader = readers[i];
+        const std::string tail = reader.finish();
+        if (j.chat) {
+          ReasoningSplitter::Piece piece = reader.reasoning.feed(tail);
+          const ReasoningSplitter::Piece rest = reader.reasoning.finish();
+          piece.reasoning += rest.reasoning;
+          piece.content += rest.content;
+          if (!piece.reasoning.empty()) send(openai::chat_reasoning_chunk(ctx, piece.reasoning, i));
+          if (!piece.content.empty()) send(openai::chat_content_chunk(ctx, piece.content, nullptr, {i, nullptr}));
+          send(openai::chat_finish_chunk(ctx, reader.finish_reason(), i));
+        } else {
+          send(openai::completion_chunk(ctx, tail, reader.finish_reason(), nullptr, {i, nullptr}));
+        }
+      };
       if (j.chat)
         for (size_t i = 0; i < readers.size(); ++i) send(openai::chat_role_chunk(ctx, i));
       size_t open = readers.size();
@@ -622,6 +639,8 @@ struct HttpServer::Impl {
           reader.result = std::move(event->result);
           reader.finished = true;
           --open;
+          // A failed choice fails the whole response (an error event, below).
+          if (reader.result.finish_reason != FinishReason::kError && !failure(readers)) finish_choice(index);
           continue;
         }
         const bool first = reader.first;
@@ -656,26 +675,8 @@ struct HttpServer::Impl {
       }
       for (const Reader& reader : readers) observe_finish(reader);
       if (client_gone) return false;
-      if (const auto error = failure(readers)) {
-        send(openai::error_event(openai::protocol_error(*error)));
-      } else {
-        for (size_t i = 0; i < readers.size(); ++i) {
-          Reader& reader = readers[i];
-          const std::string tail = reader.finish();
-          if (j.chat) {
-            ReasoningSplitter::Piece piece = reader.reasoning.feed(tail);
-            const ReasoningSplitter::Piece rest = reader.reasoning.finish();
-            piece.reasoning += rest.reasoning;
-            piece.content += rest.content;
-            if (!piece.reasoning.empty()) send(openai::chat_reasoning_chunk(ctx, piece.reasoning, i));
-            if (!piece.content.empty()) send(openai::chat_content_chunk(ctx, piece.content, nullptr, {i, nullptr}));
-            send(openai::chat_finish_chunk(ctx, reader.finish_reason(), i));
-          } else {
-            send(openai::completion_chunk(ctx, tail, reader.finish_reason(), nullptr, {i, nullptr}));
-          }
-        }
-        if (ctx.include_usage) send(openai::usage_chunk(ctx, j.chat, usage_of(readers)));
-      }
+      if (const auto error = failure(readers)) send(openai::error_event(openai::protocol_error(*error)));
+      else if (ctx.include_usage) send(openai::usage_chunk(ctx, j.chat, usage_of(readers)));
       send(openai::done_event());
       sink.done();
       return true;

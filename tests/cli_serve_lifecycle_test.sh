@@ -4,6 +4,7 @@
 #   - flags out of range are refused with exit 1 and the flag named (never an
 #     abort, never a server that accepts and does not answer);
 #   - a bounded queue answers 503 with Retry-After once full, and counts it;
+#   - a client that leaves a whole (non-streamed) request cancels it;
 #   - SIGTERM with requests in flight (one streamed, one whole, one queued)
 #     answers each with finish_reason "abort" and exits 0 well within
 #     --shutdown-timeout.
@@ -57,6 +58,7 @@ refuse() {  # expected text, flags...
 }
 refuse "--max-prompt-tokens" --max-prompt-tokens 0
 refuse "--max-body-bytes" --max-body-bytes 0
+refuse "--context-length" --context-length -1
 refuse "--max-tokens-limit" --max-tokens-limit 0
 refuse "--threads must be in [1, 4096]" --threads 0
 refuse "--page-size must be in [1, 1048576]" --page-size 2000000
@@ -90,9 +92,46 @@ PY
 kill -TERM "$PID"; wait "$PID"; PID=""
 echo "ok   --max-tokens-limit 64: served up to it, 65 refused"
 
+# ---- a client that leaves a whole (non-streamed) request --------------------------------------
+# Its request is cancelled (finish_reason abort) instead of running to its
+# 25,000 tokens: the outcome is counted by reason, so nothing depends on timing.
+# The tiny model has 512 positions; --context-length lets a request run past them.
+serve_start "$TMP/leave.log" --model "$MODEL" --port 0 --max-total-tokens 60000 --context-length 60000
+python3 - "$PORT" <<'PY'
+import json, socket, sys, time, urllib.request
+
+port = int(sys.argv[1])
+def metric(name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+def wait_for(predicate, what):
+    for _ in range(6000):
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise SystemExit(f"FAIL: {what} never happened")
+
+body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 25000, "ignore_eos": True, "temperature": 0}).encode()
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+wait_for(lambda: metric("sglang:num_running_reqs") == 1, "the request running")
+s.close()
+wait_for(lambda: metric("sglang:num_running_reqs") == 0, "the request ending")
+wait_for(lambda: metric('sglang:num_requests_total{reason="abort"}') == 1, "the request counted")
+assert metric('sglang:num_requests_total{reason="length"}') == 0
+generated = metric("sglang:generation_tokens_total")
+assert 0 < generated < 25000, generated
+print(f"ok   a client that leaves a whole request cancels it ({generated:.0f} of 25000 tokens generated)")
+PY
+kill -TERM "$PID"; wait "$PID"; PID=""
+
 # ---- the queue bound and SIGTERM with requests in flight ---------------------------------------
-serve_start "$TMP/serve.log" --model "$MODEL" --port 0 --max-total-tokens 60000 --max-running-requests 2 --max-queued-requests 1 \
-  --shutdown-timeout 20
+serve_start "$TMP/serve.log" --model "$MODEL" --port 0 --max-total-tokens 60000 --context-length 60000 \
+  --max-running-requests 2 --max-queued-requests 1 --shutdown-timeout 20
 python3 - "$PORT" "$PID" <<'PY'
 import json, os, signal, sys, threading, time, urllib.error, urllib.request
 

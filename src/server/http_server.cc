@@ -1,13 +1,16 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <set>
@@ -84,6 +87,53 @@ std::optional<std::string> read_body(const httplib::Request& req, httplib::Respo
     return refuse(413, "the request body is larger than the limit of " + std::to_string(limit) + " bytes");
   if (!read) return refuse(400, "the request body could not be read");
   return body;
+}
+
+// The socket of the connection a request came in on. cpp-httplib 0.11 gives a
+// handler its peer's and its own address, not the socket, so the process's
+// descriptors are searched for the one with both ends; -1 if none matches.
+// While the handler runs, the connection (and so the descriptor) stays open.
+int connection_socket(const httplib::Request& req) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
+    int fd = -1;
+    const std::string name = entry.path().filename().string();
+    if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc()) continue;
+    sockaddr_storage peer{}, local{};
+    socklen_t peer_size = sizeof(peer), local_size = sizeof(local);
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0) continue;  // not a connected socket
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0) continue;
+    const auto address = [](const sockaddr_storage& a, int& port) -> std::string {
+      char text[INET6_ADDRSTRLEN] = {};
+      if (a.ss_family == AF_INET) {
+        const auto& in = reinterpret_cast<const sockaddr_in&>(a);
+        port = ntohs(in.sin_port);
+        return inet_ntop(AF_INET, &in.sin_addr, text, sizeof(text)) ? text : "";
+      }
+      if (a.ss_family == AF_INET6) {
+        const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
+        port = ntohs(in6.sin6_port);
+        return inet_ntop(AF_INET6, &in6.sin6_addr, text, sizeof(text)) ? text : "";
+      }
+      return {};
+    };
+    int peer_port = -1, local_port = -1;
+    if (address(peer, peer_port) == req.remote_addr && peer_port == req.remote_port &&
+        address(local, local_port) == req.local_addr && local_port == req.local_port)
+      return fd;
+  }
+  return -1;
+}
+
+// Whether the client of `fd` has closed its end (or reset the connection).
+// A request's body has been read whole, so a readable end of stream is the
+// client going away (a client that only shuts down its sending half reads
+// the same; HTTP clients close both).
+bool client_closed(int fd) {
+  char byte = 0;
+  const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 openai::FinishReason finish_reason_of(FinishReason reason) {
@@ -538,9 +588,21 @@ struct HttpServer::Impl {
     std::vector<Reader> readers = readers_for(*job);
     std::vector<std::string> texts(readers.size());
     size_t open = readers.size();
+    // A client that goes away cancels its request, as a streaming one does:
+    // a client that timed out (and perhaps retried) must not leave it running.
+    const int socket = connection_socket(req);
+    bool cancelled = false;
+    Clock::time_point looked = Clock::now();
     while (open > 0) {
       auto event = stream->next(1s);
-      if (!event) continue;  // a long generation: keep waiting (the engine always finishes it)
+      if (!cancelled && socket >= 0 && Clock::now() - looked >= 250ms) {  // a look at the client now and then
+        looked = Clock::now();
+        if (client_closed(socket)) {
+          stack.engine().cancel(*stream);
+          cancelled = true;
+        }
+      }
+      if (!event) continue;  // a long generation: keep waiting (the engine finishes a cancelled one promptly)
       Reader& reader = readers[event->choice];
       if (event->kind == GenerationEvent::Kind::kFinished) {
         reader.result = std::move(event->result);

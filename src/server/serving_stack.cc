@@ -1,6 +1,5 @@
 #include "server/serving_stack.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -61,6 +60,7 @@ Result<DemotionDevice> parse_demotion_device(std::string_view name) {
 
 Status ServeConfig::validate() const {
   if (model_dir.empty()) return invalid_argument("model_dir must name a model directory");
+  if (context_length < 0) return invalid_argument("context_length must not be negative (0: the model's)");
   if (device != "cpu" && device != "cuda") return invalid_argument("device must be cpu or cuda, not '" + device + "'");
   if (page_size < 1 || page_size > kMaxPageSize)
     return invalid_argument("page_size must be in [1, " + std::to_string(kMaxPageSize) + "], got " +
@@ -179,6 +179,12 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
   auto s = std::unique_ptr<ServingStack>(new ServingStack());
   s->model_ = std::move(model);
   const LoadedModel& m = s->model_->checkpoint();
+  const int64_t model_context = m.config().context_length();
+  if (c.context_length > model_context)
+    log(LogLevel::kWarning, "serve",
+        "--context-length " + std::to_string(c.context_length) + " is above the model's " +
+            std::to_string(model_context) + " (max_position_embeddings): positions past it were not trained for");
+  s->context_length_ = static_cast<size_t>(c.context_length > 0 ? c.context_length : model_context);
   const bool cuda = s->model_->device() == "cuda";
   if (!cuda && c.cpu_threads > 0) set_parallel_threads(c.cpu_threads);
   const size_t slots = c.max_total_tokens > 0 ? c.max_total_tokens : (cuda ? 65536 : 8192);
@@ -290,11 +296,6 @@ Result<std::unique_ptr<ServingStack>> ServingStack::create(const ServeConfig& c,
   s->serving_ = std::make_unique<ServingEngine>(*s->cache_, *s->l1_, s->transfer_.get(), *s->runner_, c.scheduler,
                                                 s->l2_.get(), s->storage_.get());
   return Result<std::unique_ptr<ServingStack>>(std::move(s));
-}
-
-size_t ServingStack::context_tokens() const {
-  const int64_t model = model_->checkpoint().config().context_length();
-  return model > 0 ? std::min(l1_slots(), static_cast<size_t>(model)) : l1_slots();
 }
 
 }  // namespace hiq

@@ -17,6 +17,7 @@
 // other, so a benchmark loads a large checkpoint once.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,8 @@ struct ServeConfig {
   std::string model_dir;            // --model: config.json, *.safetensors[, tokenizer.json]
   std::string device = "cpu";       // --device: cpu or cuda
   size_t max_total_tokens = 0;      // --max-total-tokens: L1 slots; 0: 8,192 on cpu, 65,536 on cuda
+  int64_t context_length = 0;       // --context-length: the longest prompt + output; 0: the model's
+                                    // (ModelConfig::context_length); above it, used with a warning
   int page_size = 1;                // --page-size
   bool hicache = true;              // false: --no-hicache (L1 only)
   HostKvPoolOptions host;           // --hicache-codec, --record-align, --hicache-size / --hicache-ratio
@@ -150,8 +153,8 @@ class ServingStack {
   int vocab_size() const { return model_->vocab_size(); }
   const std::vector<int32_t>& eos_token_ids() const { return model_->eos_token_ids(); }
   // The longest prompt + output a request can have: L1's slots, at most the
-  // model's context length (ModelConfig::context_length).
-  size_t context_tokens() const;
+  // context length (ServeConfig::context_length, else the model's).
+  size_t context_tokens() const { return std::min(l1_slots(), context_length_); }
   size_t l1_slots() const { return l1_->num_slots(); }
   // L2 capacity in tokens (0 without a host tier); its use is in engine().stats().
   size_t host_capacity_tokens() const { return l2_ ? l2_->capacity_tokens() : 0; }
@@ -171,6 +174,7 @@ class ServingStack {
  private:
   ServingStack() = default;
 
+  size_t context_length_ = 0;  // ServeConfig::context_length, or the model's
   // Declared in dependency order, destroyed in reverse.
   std::shared_ptr<const ServingModel> model_;
   std::unique_ptr<CpuTpModel> tp_model_;                       // tp_size > 1 on the CPU: the split model

@@ -48,6 +48,7 @@ inline Result<ServeConfig> build_stack_config(const ServeFlags& f) {
                                                      {"device", "--device"},
                                                      {"page_size", "--page-size"},
                                                      {"max_total_tokens", "--max-total-tokens"},
+                                                     {"context_length", "--context-length"},
                                                      {"max_prefill_tokens", "--max-prefill-tokens"},
                                                      {"max_running_requests", "--max-running-requests"},
                                                      {"cpu_threads", "--cpu-threads"},
@@ -68,6 +69,10 @@ inline void add_stack_flags(CLI::App* app, ServeFlags& flags) {
   app->add_option("--chat-template", f->config.chat_template_file,
                   "Jinja chat template file (or a JSON with \"chat_template\") instead of the model's own");
   app->add_option("--max-total-tokens", f->max_total_tokens, "L1 capacity in tokens (0: 8192 cpu, 65536 cuda)")
+      ->capture_default_str();
+  app->add_option("--context-length", f->config.context_length,
+                  "Longest prompt + output (0: the model's max_position_embeddings, YaRN-scaled); above the model's "
+                  "it is used with a warning")
       ->capture_default_str();
   app->add_option("--page-size", f->config.page_size, "Tokens per page")->capture_default_str();
   app->add_option("--cpu-threads", f->config.cpu_threads, "--device cpu: threads of the forward pass (0: every core)")

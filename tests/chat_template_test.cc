@@ -13,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "expect_error.h"
+#include "server/model_files.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hiq {
 namespace {
@@ -166,6 +168,25 @@ TEST(ChatTemplate, ChatmlMatchesApplyChatml) {
                                           {ChatRole::kUser, "Und auf Deutsch? 🙂"}};
   for (bool prompt : {false, true}) EXPECT_EQ(*chatml.render(messages, prompt), apply_chatml(plain, prompt));
   EXPECT_EQ(*chatml.render(nlohmann::json::array(), true), "<|im_start|>assistant\n");
+}
+
+// What a text prompt starts with when tokenizer.json has no TemplateProcessing:
+// tokenizer_config.json's add_bos_token and bos_token (the slow tokenizers' rule).
+TEST_F(ChatTemplateDir, APromptPrefixFollowsAddBosTokenAndRefusesANonBoolean) {
+  auto tokenizer = Tokenizer::load(std::string(HIQ_TEST_MODELS_DIR) + "/tiny-qwen3");
+  ASSERT_TRUE(tokenizer.is_ok()) << tokenizer.status().to_string();
+  write("tokenizer_config.json", R"({"add_bos_token": true, "bos_token": "a"})");
+  EXPECT_EQ(*read_prompt_prefix(dir(), *tokenizer), std::vector<int32_t>{'a'});
+  for (const char* absent : {R"({"add_bos_token": false, "bos_token": "a"})", R"({"add_bos_token": null, "bos_token": "a"})",
+                             R"({"bos_token": "a"})"}) {
+    write("tokenizer_config.json", absent);
+    EXPECT_TRUE(read_prompt_prefix(dir(), *tokenizer)->empty()) << absent;
+  }
+  for (const char* bad : {R"({"add_bos_token": "true", "bos_token": "a"})", R"({"add_bos_token": 1})"}) {
+    write("tokenizer_config.json", bad);
+    expect_error(read_prompt_prefix(dir(), *tokenizer), StatusCode::kInvalidArgument,
+                 {"tokenizer_config.json", "add_bos_token", "must be true or false"});
+  }
 }
 
 }  // namespace

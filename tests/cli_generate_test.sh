@@ -87,4 +87,17 @@ assert text["output_ids"] == ids["output_ids"] and isinstance(text["text"], str)
 PY
 pass "--prompt through the tokenizer gives the ids' output, decoded"
 
+# A tokenizer that puts a BOS before a text (tokenizer_config.json's
+# add_bos_token, here "a" = 97) does so for --prompt too, as hiq serve does.
+cp -r "$MODEL" "$TMP/with-bos"
+echo '{"add_bos_token": true, "bos_token": "a"}' >"$TMP/with-bos/tokenizer_config.json"
+by_text="$("$HIQ" generate --model "$TMP/with-bos" --prompt "Hi" --max-new-tokens 4 --json 2>/dev/null)"
+by_ids="$("$HIQ" generate --model "$MODEL" --prompt-ids 97,72,105 --max-new-tokens 4 --json 2>/dev/null)"
+python3 - "$by_text" "$by_ids" <<'PY' || fail "--prompt with a BOS disagrees with the ids: $by_text vs $by_ids"
+import json, sys
+text, ids = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert text["output_ids"] == ids["output_ids"], (text, ids)
+PY
+pass "--prompt starts with the tokenizer's BOS (add_bos_token)"
+
 echo "$checks checks passed"

@@ -199,7 +199,7 @@ TEST(ModelConfig, ReadsYarnWithDefaults) {
   expected.kind = RopeScaling::Kind::kYarn;
   expected.factor = 4.0;
   expected.original_max_position_embeddings = 32768;
-  EXPECT_EQ(c->rope_scaling, expected);  // beta_fast 32, beta_slow 1, mscale 1, mscale_all_dim 0
+  EXPECT_EQ(c->rope_scaling, expected);  // beta_fast 32, beta_slow 1, mscale and mscale_all_dim absent (0)
   EXPECT_EQ(c->context_length(), 131072);  // Qwen3's documented YaRN setting: 4 × 32,768
 }
 
@@ -598,11 +598,33 @@ TEST(BindWeights, ReportsUnexpectedTensorsWithTheirFile) {
                {"1 tensor(s)", "does not use", "'model.layers.0.self_attn.q_proj.bias'", "model.safetensors"});
 }
 
-TEST(BindWeights, ReportsATiedCheckpointThatStillHasLmHead) {
+// Qwen3-0.6B and -1.7B tie their embeddings and still store lm_head.weight (a
+// copy): transformers loads them with the embeddings as the LM head, and so
+// must we — whatever the stored copy holds.
+TEST(BindWeights, ATiedCheckpointThatStillStoresItsLmHeadUsesTheEmbeddings) {
+  const ModelConfig untied = tiny("qwen3", false);
+  for (const bool copy : {true, false}) {
+    SCOPED_TRACE(copy ? "lm_head.weight a copy of the embeddings" : "lm_head.weight different");
+    auto tensors = testing::model_tensors(untied);
+    const auto embed = std::find_if(tensors.begin(), tensors.end(),
+                                    [](const WriterTensor& t) { return t.name == "model.embed_tokens.weight"; });
+    for (WriterTensor& t : tensors)
+      if (t.name == "lm_head.weight" && copy) t.data = embed->data;
+    Bound b;
+    write_and_bind(b, tiny_config("qwen3", true), tensors);
+    ASSERT_TRUE(b.weights.is_ok()) << b.weights.status().to_string();
+    EXPECT_EQ(b.weights->lm_head.data, b.weights->embed_tokens.data);
+  }
+}
+
+TEST(BindWeights, ATiedCheckpointsStoredLmHeadMustHaveTheEmbeddingsShape) {
   const ModelConfig untied = tiny("llama", false);
+  auto tensors = testing::model_tensors(untied);
+  for (WriterTensor& t : tensors)
+    if (t.name == "lm_head.weight") t = testing::make_tensor(t.name, TensorDtype::kBf16, {8, 16});
   Bound b;
-  write_and_bind(b, tiny_config("llama", true), testing::model_tensors(untied));
-  expect_error(b.weights, StatusCode::kInvalidArgument, {"'lm_head.weight'", "ties lm_head"});
+  write_and_bind(b, tiny_config("llama", true), tensors);
+  expect_error(b.weights, StatusCode::kInvalidArgument, {"'lm_head.weight' has shape [8, 16]", "tie_word_embeddings"});
 }
 
 TEST(BindWeights, ReportsWrongShapesWithTheirFile) {

@@ -223,6 +223,29 @@ TEST(Rope, YarnInterpolatesLowFrequenciesAndScalesAttention) {
   EXPECT_FLOAT_EQ(scaled->attention_scale, static_cast<float>(0.1 * std::log(4.0) + 1.0));
 }
 
+// transformers' attention factor: mscale / mscale_all_dim's ratio only when
+// both are set (non-zero); otherwise the default 0.1 ln(factor) + 1.
+TEST(Rope, YarnAttentionFactorIsTheMscaleRatioOnlyWhenBothAreSet) {
+  const auto factor_of = [](double mscale, double mscale_all_dim) {
+    RopeScaling s;
+    s.kind = RopeScaling::Kind::kYarn;
+    s.factor = 4;
+    s.mscale = mscale;
+    s.mscale_all_dim = mscale_all_dim;
+    auto table = make_rope_table(64, 10000.0, s, 8192);
+    EXPECT_TRUE(table.is_ok());
+    return table ? table->attention_scale : 0.0f;
+  };
+  const auto mscale = [](double m) { return 0.1 * m * std::log(4.0) + 1.0; };
+  const float plain = static_cast<float>(mscale(1));
+  EXPECT_FLOAT_EQ(factor_of(0, 0), plain);
+  EXPECT_FLOAT_EQ(factor_of(0, 1), plain);  // mscale absent: not a ratio (it would be 1)
+  EXPECT_FLOAT_EQ(factor_of(2, 0), plain);
+  EXPECT_FLOAT_EQ(factor_of(1, 1), 1.0f);
+  EXPECT_FLOAT_EQ(factor_of(0.707, 0.707), 1.0f);
+  EXPECT_FLOAT_EQ(factor_of(1, 0.5), static_cast<float>(mscale(1) / mscale(0.5)));
+}
+
 TEST(Rope, BadParametersAreClearErrors) {
   EXPECT_EQ(make_rope_table(7, 10000.0, {}, 4096).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(make_rope_table(8, 1.0, {}, 4096).status().code(), StatusCode::kInvalidArgument);

@@ -131,7 +131,7 @@ Status rope_from(const HfConfig& hf, ModelConfig& out) {
       s.original_max_position_embeddings = rope.original_max_position_embeddings.value_or(0);
       s.beta_fast = rope.beta_fast.value_or(32.0);
       s.beta_slow = rope.beta_slow.value_or(1.0);
-      s.mscale = rope.mscale.value_or(1.0);
+      s.mscale = rope.mscale.value_or(0.0);
       s.mscale_all_dim = rope.mscale_all_dim.value_or(0.0);
       // truncate=false (keep fractional correction bounds) is not what rope.h computes.
       if (!rope.truncate) return error("truncate", "is false; only truncated yarn correction bounds are supported");

@@ -57,9 +57,9 @@ void apply_yarn(std::vector<float>& inv, float& attention_scale, int head_dim, d
     const double interpolation = extrapolation[i] / s.factor;
     inv[i] = static_cast<float>(interpolation * (1 - extrapolation_weight) + extrapolation[i] * extrapolation_weight);
   }
-  attention_scale = static_cast<float>(s.mscale_all_dim > 0 ? yarn_mscale(s.factor, s.mscale) /
-                                                                  yarn_mscale(s.factor, s.mscale_all_dim)
-                                                            : yarn_mscale(s.factor, 1.0));
+  attention_scale = static_cast<float>(s.mscale > 0 && s.mscale_all_dim > 0
+                                           ? yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim)
+                                           : yarn_mscale(s.factor, 1.0));
 }
 
 }  // namespace

@@ -18,7 +18,9 @@ struct RopeScaling {
   double high_freq_factor = 4.0;           // llama3
   int original_max_position_embeddings = 0;  // llama3, yarn (0: the config's max_position_embeddings)
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
-  double mscale = 1.0, mscale_all_dim = 0.0;  // yarn (0: unused)
+  // yarn; 0: absent. As in transformers, the attention factor is their ratio
+  // only when both are set (non-zero), else the default mscale of the factor.
+  double mscale = 0.0, mscale_all_dim = 0.0;
   bool operator==(const RopeScaling&) const = default;
 };
 

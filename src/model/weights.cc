@@ -1,9 +1,11 @@
 #include "model/weights.h"
 
+#include <cstring>
 #include <set>
 #include <string_view>
 
 #include "core/json_input.h"
+#include "core/log.h"
 
 namespace hiq {
 namespace {
@@ -93,18 +95,28 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const Checkpoint& c
 
   std::set<std::string, std::less<>> expected;
   for (const TensorSpec& spec : specs) expected.insert(spec.name);
+  // A tied checkpoint may still store its LM head (Qwen3-0.6B and -1.7B do):
+  // transformers ties it to the embeddings and never reads it, and so do we.
+  if (const TensorView* head = checkpoint.find("lm_head.weight"); head != nullptr && config.tie_word_embeddings) {
+    const TensorView& embed = *checkpoint.find("model.embed_tokens.weight");
+    if (head->shape != embed.shape)
+      return invalid_argument(where + ": " + head->file + ": 'lm_head.weight' has shape " + shape_text(head->shape) +
+                              ", not the embeddings' " + shape_text(embed.shape) +
+                              " that config.json ties it to (tie_word_embeddings)");
+    if (head->dtype != embed.dtype || std::memcmp(head->data, embed.data, embed.bytes) != 0)
+      log(LogLevel::kWarning, "model",
+          where + ": 'lm_head.weight' differs from the embeddings; config.json ties them "
+                  "(tie_word_embeddings), so the embeddings are the LM head, as in transformers");
+    expected.insert("lm_head.weight");
+  }
   std::vector<std::string> extra;
   for (const std::string& name : checkpoint.names())
     if (!expected.contains(name) && !is_ignored_buffer(name))
       extra.push_back(quote_for_message(name) + " in " + checkpoint.find(name)->file);
-  if (!extra.empty()) {
-    std::string hint;
-    if (config.tie_word_embeddings && checkpoint.find("lm_head.weight") != nullptr)
-      hint = " (config.json ties lm_head to the embeddings)";
+  if (!extra.empty())
     return invalid_argument(where + ": " + std::to_string(extra.size()) + " tensor(s) the " +
                             std::string(model_architecture_name(config.architecture)) +
-                            " architecture does not use: " + list_of(extra) + hint);
-  }
+                            " architecture does not use: " + list_of(extra));
 
   std::vector<std::string> wrong;
   for (const TensorSpec& spec : specs) {

@@ -102,7 +102,11 @@ Result<std::vector<int32_t>> read_prompt_prefix(const std::string& dir, const To
   std::vector<int32_t> prefix;
   // No TemplateProcessing: tokenizer_config.json's add_bos_token, as the slow tokenizers do.
   HIQ_ASSIGN_OR_RETURN(const json config, read_json(dir, "tokenizer_config.json"));
-  if (config.is_object() && config.value("add_bos_token", false) == true && config.contains("bos_token")) {
+  if (!config.is_object()) return prefix;
+  const auto add_bos = config.find("add_bos_token");
+  if (add_bos != config.end() && !add_bos->is_null() && !add_bos->is_boolean())
+    return field_error(dir, "tokenizer_config.json", "add_bos_token", "must be true or false");
+  if (add_bos != config.end() && add_bos->is_boolean() && add_bos->get<bool>() && config.contains("bos_token")) {
     const auto text = token_text(config["bos_token"]);
     const auto id = text ? tokenizer.token_id(*text) : std::nullopt;
     if (!id) return field_error(dir, "tokenizer_config.json", "bos_token", "names no token of the tokenizer");

@@ -124,7 +124,8 @@ Result<std::shared_ptr<ServingModel>> ServingModel::load(const ServeConfig& c) {
   HIQ_ASSIGN_OR_RETURN(m->generation_, read_generation_config(c.model_dir, m->tokenizer_.get()));
   for (int32_t id : m->generation_.eos_token_ids)
     if (id >= m->vocab_size_)
-      return invalid_argument("eos_token_id " + std::to_string(id) + " is outside the vocabulary of " +
+      return invalid_argument(c.model_dir + ": eos_token_id " + std::to_string(id) + " (from generation_config.json, " +
+                              "config.json or tokenizer_config.json's eos_token) is outside the vocabulary of " +
                               std::to_string(m->vocab_size_));
   if (c.device == "cuda" && c.tp_size > 1) {
     HIQ_ASSIGN_OR_RETURN(m->cuda_tp_model_,

@@ -15,6 +15,7 @@
 #include "memory/cuda_device_kv_pool.h"
 #include "model/cuda_model.h"
 #include "model/loaded_model.h"
+#include "server/model_files.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/hiq/commands.h"
 #include "tools/hiq/list_flag.h"
@@ -109,6 +110,11 @@ int run_generate(const GenerateFlags& f) {
   }
   auto prompt = tokenizer ? tokenizer->encode(f.prompt) : parse_ids(f.prompt_ids);
   if (!prompt) return report_error("generate", prompt.status());
+  if (tokenizer) {  // what the tokenizer puts before a text (a BOS), as hiq serve and transformers do
+    auto prefix = read_prompt_prefix(f.model, *tokenizer);
+    if (!prefix) return report_error("generate", prefix.status());
+    prompt->insert(prompt->begin(), prefix->begin(), prefix->end());
+  }
   if (prompt->empty()) return report_error("generate", invalid_argument("--prompt has no tokens"));
   auto model = LoadedModel::load(f.model);
   if (!model) return report_error("generate", model.status());

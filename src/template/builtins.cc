@@ -335,7 +335,8 @@ Value select_or_reject(Renderer& renderer, const Value& input, CallArgs& args, b
     rest.erase(rest.begin());
   }
   Value::List out;
-  for (const Value& item : iterate(input)) {
+  // jinja2 reads `if value: for item in value`: none (e.g. absent tools) selects nothing.
+  for (const Value& item : input.truthy() ? iterate(input) : Value::List()) {
     renderer.step();
     const Value subject = attribute ? get_path(item, *attribute) : item;
     bool passes;
@@ -651,6 +652,8 @@ Value apply_filter(Renderer& renderer, const std::string& name, const Value& inp
     }
     if (precision < 0 || precision > 15) fail("round: a precision of " + std::to_string(precision) + " is not supported");
     const double x = input.as_float();
+    // Python's round() keeps an integer (or a bool, as its int) an integer.
+    if (method == "common" && !input.is_float()) return Value::integer(input.as_int());
     if (method == "common") {
       // Python's round(x, n): the correctly rounded decimal, ties to even, as
       // glibc's printf gives it (round(2.5) == 2.0, round(2.675, 2) == 2.67).
@@ -692,7 +695,7 @@ Value apply_filter(Renderer& renderer, const std::string& name, const Value& inp
   }
   if (name == "map") {
     Value::List out;
-    const Value::List items = iterate(input);
+    const Value::List items = input.truthy() ? iterate(input) : Value::List();  // jinja2: none maps to nothing
     const bool by_attribute = args.positional.empty();
     if (by_attribute) {
       const Bound a = bind(args, "map", {"attribute", "default"});

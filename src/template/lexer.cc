@@ -82,7 +82,8 @@ class Lexer {
         text = py::strip(text, std::nullopt, false, true);
       } else if (sign != '+' && kind != '{') {
         const size_t line_start = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
-        if ((line_start > 0 || line_starting) && text.find_first_not_of(" \t", line_start) == std::string::npos)
+        // lstrip_blocks: only whitespace (Python's \s, Unicode) between the line's start and the tag.
+        if ((line_start > 0 || line_starting) && py::strip(text.substr(line_start), std::nullopt, true, true).empty())
           text.resize(line_start);
       }
       emit_text(std::move(text));

@@ -286,6 +286,42 @@ assert status == 200, (status, text)
 error_of(*raw_exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
                        b"Content-Type: multipart/form-data; boundary=b\r\nConnection: close\r\n"
                        b"Content-Length: 4\r\n\r\n", [b"--b-"]), 415)
+
+
+def responses_until_close(head, body):
+    """Everything the server sends on one connection until it closes it (the test fails on a hang)."""
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=30)
+    try:
+        s.sendall(head + body)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    received = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        received += chunk
+    s.close()
+    return received
+
+
+# A refused body that is not read to its end closes its connection: its unread
+# bytes (here a request hidden past the first 4 KiB) are never served as a next
+# request. The same for any path, routed or not.
+hidden = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+multipart = b"A" * 5000 + hidden
+out = responses_until_close(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                            b"Content-Type: multipart/form-data; boundary=XX\r\n"
+                            b"Content-Length: %d\r\n\r\n" % len(multipart), multipart)
+assert out.startswith(b"HTTP/1.1 415") and out.count(b"HTTP/1.1 ") == 1, out[:300]
+big = b"B" * 5000 + hidden + b"C" * 100000
+for path in (b"/v1/completions", b"/flush_cache", b"/no/such/route"):
+    out = responses_until_close(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                                b"Transfer-Encoding: chunked\r\n\r\n", b"%x\r\n%s\r\n0\r\n\r\n" % (len(big), big))
+    assert out.startswith(b"HTTP/1.1 413") and out.count(b"HTTP/1.1 ") == 1, (path, out[:300])
 error_of(*call("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}), 400)
 error_of(*call("GET", "/v1/nothing"), 404)
 ok("bad requests: 400 (JSON, temperature, token id, empty, too long, no chat template), 413 (also chunked), 415, 404")

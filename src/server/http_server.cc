@@ -54,41 +54,6 @@ void write_error(httplib::Response& res, const openai::ProtocolError& error) {
 }
 void write_status(httplib::Response& res, const Status& status) { write_error(res, openai::protocol_error(status)); }
 
-// A POST body, read through `reader` up to `limit` bytes whatever its framing
-// (cpp-httplib's own payload limit passes chunked bodies whole). On failure
-// the error is written to `res` and nullopt returned. The rest of a body over
-// the limit is read and dropped, up to `limit` more bytes, so that the
-// connection stays in step for the client's next request.
-std::optional<std::string> read_body(const httplib::Request& req, httplib::Response& res,
-                                     const httplib::ContentReader& reader, size_t limit) {
-  const auto refuse = [&](int http_status, std::string message) {
-    openai::ProtocolError e;
-    e.http_status = http_status;
-    e.type = "invalid_request_error";
-    e.message = std::move(message);
-    write_error(res, e);
-    return std::nullopt;
-  };
-  if (req.is_multipart_form_data())
-    return refuse(415, "the request body must be JSON (Content-Type: application/json), not multipart/form-data");
-  std::string body;
-  bool too_large = false;
-  size_t dropped = 0;
-  const bool read = reader([&](const char* data, size_t size) {
-    if (!too_large && size <= limit - body.size()) {
-      body.append(data, size);
-      return true;
-    }
-    too_large = true;
-    dropped += size;
-    return dropped <= limit;
-  });
-  if (too_large || res.status == 413)
-    return refuse(413, "the request body is larger than the limit of " + std::to_string(limit) + " bytes");
-  if (!read) return refuse(400, "the request body could not be read");
-  return body;
-}
-
 // The socket of the connection a request came in on. cpp-httplib 0.11 gives a
 // handler its peer's and its own address, not the socket, so the process's
 // descriptors are searched for the one with both ends; -1 if none matches.
@@ -134,6 +99,56 @@ bool client_closed(int fd) {
   const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0) return true;
   return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+// Writes `error` as the response and closes the connection after it. A
+// request whose body is left unread must not keep its connection: cpp-httplib
+// 0.11 would parse the rest of the body as the next request, and a
+// "Connection: close" header does not stop it. A content provider that reports
+// failure once it has written the whole body does.
+void write_error_and_close(httplib::Response& res, const openai::ProtocolError& error) {
+  res.status = error.http_status;
+  res.set_content_provider(
+      openai::error_body(error).size(), "application/json",
+      [body = openai::error_body(error)](size_t offset, size_t length, httplib::DataSink& sink) {
+        sink.write(body.data() + offset, length);
+        return false;  // written: now end the connection
+      });
+}
+
+// A POST body, read through `reader` up to `limit` bytes whatever its framing
+// (cpp-httplib's own payload limit passes chunked bodies whole). On failure
+// the error is the response, the connection closes after it (the body is not
+// read to its end), and nullopt is returned.
+std::optional<std::string> read_body(const httplib::Request& req, httplib::Response& res,
+                                     const httplib::ContentReader& reader, size_t limit) {
+  const auto refuse = [&](int http_status, std::string message) {
+    openai::ProtocolError e;
+    e.http_status = http_status;
+    e.type = "invalid_request_error";
+    e.message = std::move(message);
+    write_error_and_close(res, e);
+    return std::nullopt;
+  };
+  if (req.is_multipart_form_data())
+    return refuse(415, "the request body must be JSON (Content-Type: application/json), not multipart/form-data");
+  // cpp-httplib 0.11 does not read a DELETE's chunked body at all.
+  if (req.method == "DELETE" && !req.has_header("Content-Length") && req.has_header("Transfer-Encoding"))
+    return refuse(411, "a DELETE with a body needs a Content-Length");
+  std::string body;
+  bool too_large = false;
+  const bool read = reader([&](const char* data, size_t size) {
+    if (size > limit - body.size()) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, size);
+    return true;
+  });
+  if (too_large || res.status == 413)
+    return refuse(413, "the request body is larger than the limit of " + std::to_string(limit) + " bytes");
+  if (!read) return refuse(400, "the request body could not be read");
+  return body;
 }
 
 openai::FinishReason finish_reason_of(FinishReason reason) {
@@ -556,6 +571,14 @@ struct HttpServer::Impl {
     return u;
   }
 
+  // POST /flush_cache (SGLang's): empties L1 and L2 once nothing runs; its body is ignored.
+  void flush(const httplib::Request& req, httplib::Response& res, const std::string&) {
+    if (!authorized(req, res)) return;
+    const Status flushed = stack.engine().flush_cache();
+    if (!flushed.is_ok()) return write_status(res, flushed);
+    res.set_content("{\"status\":\"flushed\"}", "application/json");
+  }
+
   void completions(const httplib::Request& req, httplib::Response& res, const std::string& body) {
     generate(req, res, body, /*chat=*/false);
   }
@@ -807,7 +830,7 @@ struct HttpServer::Impl {
       write_status(res, internal_error("the server failed on this request"));
     });
     server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
+      if (!res.body.empty() || res.has_header("Content-Type")) return;  // ours, whole or provided
       openai::ProtocolError e;
       e.http_status = res.status;
       e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
@@ -851,12 +874,18 @@ struct HttpServer::Impl {
     post("/v1/chat/completions", &Impl::chat_completions);
     post("/tokenize", &Impl::tokenize);
     post("/detokenize", &Impl::detokenize);
-    server.Post("/flush_cache", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!authorized(req, res)) return;
-      const Status flushed = stack.engine().flush_cache();
-      if (!flushed.is_ok()) return write_status(res, flushed);
-      res.set_content("{\"status\":\"flushed\"}", "application/json");
-    });
+    post("/flush_cache", &Impl::flush);
+    // Any other path with a body: cpp-httplib would read it whole (chunked,
+    // without a limit) before answering 404.
+    const httplib::Server::HandlerWithContentReader no_route =
+        [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+          if (read_body(req, res, reader, options.limits.max_body_bytes)) res.status = 404;
+        };
+    server.Post(".*", no_route);
+    server.Put(".*", no_route);
+    server.Patch(".*", no_route);
+    server.Delete(".*", no_route);
+
   }
 };
 

@@ -2,15 +2,18 @@
 
 #include <httplib.h>
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <optional>
 #include <random>
 #include <set>
@@ -54,40 +57,56 @@ void write_error(httplib::Response& res, const openai::ProtocolError& error) {
 }
 void write_status(httplib::Response& res, const Status& status) { write_error(res, openai::protocol_error(status)); }
 
+// Whether `fd` is a connected socket with these two ends.
+bool has_ends(int fd, const httplib::Request& req) {
+  sockaddr_storage peer{}, local{};
+  socklen_t peer_size = sizeof(peer), local_size = sizeof(local);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0) return false;  // not a connected socket
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0) return false;
+  const auto address = [](const sockaddr_storage& a, int& port) -> std::string {
+    char text[INET6_ADDRSTRLEN] = {};
+    if (a.ss_family == AF_INET) {
+      const auto& in = reinterpret_cast<const sockaddr_in&>(a);
+      port = ntohs(in.sin_port);
+      return inet_ntop(AF_INET, &in.sin_addr, text, sizeof(text)) ? text : "";
+    }
+    if (a.ss_family == AF_INET6) {
+      const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
+      port = ntohs(in6.sin6_port);
+      return inet_ntop(AF_INET6, &in6.sin6_addr, text, sizeof(text)) ? text : "";
+    }
+    return {};
+  };
+  int peer_port = -1, local_port = -1;
+  return address(peer, peer_port) == req.remote_addr && peer_port == req.remote_port &&
+         address(local, local_port) == req.local_addr && local_port == req.local_port;
+}
+
 // The socket of the connection a request came in on. cpp-httplib 0.11 gives a
 // handler its peer's and its own address, not the socket, so the process's
 // descriptors are searched for the one with both ends; -1 if none matches.
 // While the handler runs, the connection (and so the descriptor) stays open.
+// The directory is read with open + getdents64 rather than opendir, whose
+// descriptor ThreadSanitizer does not see created (it would take a socket
+// closed earlier under the same number for a race).
 int connection_socket(const httplib::Request& req) {
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
-    int fd = -1;
-    const std::string name = entry.path().filename().string();
-    if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc()) continue;
-    sockaddr_storage peer{}, local{};
-    socklen_t peer_size = sizeof(peer), local_size = sizeof(local);
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0) continue;  // not a connected socket
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0) continue;
-    const auto address = [](const sockaddr_storage& a, int& port) -> std::string {
-      char text[INET6_ADDRSTRLEN] = {};
-      if (a.ss_family == AF_INET) {
-        const auto& in = reinterpret_cast<const sockaddr_in&>(a);
-        port = ntohs(in.sin_port);
-        return inet_ntop(AF_INET, &in.sin_addr, text, sizeof(text)) ? text : "";
-      }
-      if (a.ss_family == AF_INET6) {
-        const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
-        port = ntohs(in6.sin6_port);
-        return inet_ntop(AF_INET6, &in6.sin6_addr, text, sizeof(text)) ? text : "";
-      }
-      return {};
-    };
-    int peer_port = -1, local_port = -1;
-    if (address(peer, peer_port) == req.remote_addr && peer_port == req.remote_port &&
-        address(local, local_port) == req.local_addr && local_port == req.local_port)
-      return fd;
+  const int dir = ::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return -1;
+  int found = -1;
+  alignas(dirent64) char buffer[8192];
+  long size = 0;
+  while (found < 0 && (size = syscall(SYS_getdents64, dir, buffer, sizeof(buffer))) > 0) {
+    for (long at = 0; at < size && found < 0;) {
+      const auto* entry = reinterpret_cast<const dirent64*>(buffer + at);  // the kernel's linux_dirent64 layout
+      at += entry->d_reclen;
+      int fd = -1;
+      const std::string_view name(entry->d_name);
+      if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc() || fd == dir) continue;
+      if (has_ends(fd, req)) found = fd;
+    }
   }
-  return -1;
+  ::close(dir);
+  return found;
 }
 
 // Whether the client of `fd` has closed its end (or reset the connection).

@@ -317,6 +317,10 @@ out = responses_until_close(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthor
                             b"Content-Type: multipart/form-data; boundary=XX\r\n"
                             b"Content-Length: %d\r\n\r\n" % len(multipart), multipart)
 assert out.startswith(b"HTTP/1.1 415") and out.count(b"HTTP/1.1 ") == 1, out[:300]
+get_body = b"G" * 5000 + hidden  # a body on a GET, which no one reads
+out = responses_until_close(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"
+                            b"Content-Length: %d\r\n\r\n" % len(get_body), get_body)
+assert out.startswith(b"HTTP/1.1 400") and out.count(b"HTTP/1.1 ") == 1, out[:300]
 big = b"B" * 5000 + hidden + b"C" * 100000
 for path in (b"/v1/completions", b"/flush_cache", b"/no/such/route"):
     out = responses_until_close(b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n"

@@ -835,6 +835,21 @@ struct HttpServer::Impl {
       listen_socket = sock;
     });
     server.set_payload_max_length(options.limits.max_body_bytes);
+    // cpp-httplib reads no body for GET, HEAD or OPTIONS: one sent anyway would
+    // be parsed as a next request on the connection. Refused, and closed.
+    server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+      const bool reads_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                              req.method == "DELETE";
+      const bool has_body = req.has_header("Transfer-Encoding") ||
+                            (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
+      if (reads_body || !has_body) return httplib::Server::HandlerResponse::Unhandled;
+      openai::ProtocolError e;
+      e.http_status = 400;
+      e.type = "invalid_request_error";
+      e.message = "a " + req.method + " request has no body";
+      write_error_and_close(res, e);
+      return httplib::Server::HandlerResponse::Handled;
+    });
     const int threads = options.threads;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     server.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr e) {

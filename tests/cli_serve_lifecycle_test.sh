@@ -97,22 +97,14 @@ echo "ok   --max-tokens-limit 64: served up to it, 65 refused"
 # 25,000 tokens: the outcome is counted by reason, so nothing depends on timing.
 # The tiny model has 512 positions; --context-length lets a request run past them.
 serve_start "$TMP/leave.log" --model "$MODEL" --port 0 --max-total-tokens 60000 --context-length 60000
-python3 - "$PORT" <<'PY'
-import json, socket, sys, time, urllib.request
+python3 - "$PORT" "$HERE/lib" <<'PY'
+import json, socket, sys
 
 port = int(sys.argv[1])
-def metric(name):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
-def wait_for(predicate, what):
-    for _ in range(6000):
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise SystemExit(f"FAIL: {what} never happened")
+sys.path.insert(0, sys.argv[2])
+import server_metrics
+from server_metrics import wait_for
+metric = lambda name: server_metrics.metric(f"http://127.0.0.1:{port}", name)
 
 body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 25000, "ignore_eos": True, "temperature": 0}).encode()
 s = socket.create_connection(("127.0.0.1", port))
@@ -132,26 +124,17 @@ kill -TERM "$PID"; wait "$PID"; PID=""
 # ---- the queue bound and SIGTERM with requests in flight ---------------------------------------
 serve_start "$TMP/serve.log" --model "$MODEL" --port 0 --max-total-tokens 60000 --context-length 60000 \
   --max-running-requests 2 --max-queued-requests 1 --shutdown-timeout 20
-python3 - "$PORT" "$PID" <<'PY'
+python3 - "$PORT" "$PID" "$HERE/lib" <<'PY'
 import json, os, signal, sys, threading, time, urllib.error, urllib.request
 
 port, pid = int(sys.argv[1]), int(sys.argv[2])
+sys.path.insert(0, sys.argv[3])
+import server_metrics
+from server_metrics import wait_for
 base = f"http://127.0.0.1:{port}"
 LONG = {"max_tokens": 25000, "ignore_eos": True, "temperature": 0}
 
-def metric(name):
-    with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-def wait_for(predicate, what):
-    for _ in range(6000):
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise SystemExit(f"FAIL: {what} never happened")
+metric = lambda name: server_metrics.metric(base, name)
 
 results = {}
 first_bytes = {"stream": threading.Event(), "whole": threading.Event()}

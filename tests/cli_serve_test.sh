@@ -235,13 +235,11 @@ error_of(*call("POST", "/v1/completions", {"prompt": list(range(1, 250)) * 3}), 
 error_of(*call("POST", "/v1/completions", raw=b"x" * 70000), 413)
 
 
-def raw_exchange(head, body_parts):
-    """Sends a request by hand (chunked framing, odd content types); returns (status, body)."""
-    s = socket.create_connection(("127.0.0.1", PORT), timeout=60)
-    s.sendall(head)
+def responses_until_close(head, body):
+    """Everything the server sends on one connection until it closes it (the test fails on a hang)."""
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=30)
     try:
-        for part in body_parts:
-            s.sendall(part)
+        s.sendall(head + body)
     except (BrokenPipeError, ConnectionResetError):
         pass  # the server answered and closed before the whole body was sent
     received = b""
@@ -253,14 +251,17 @@ def raw_exchange(head, body_parts):
         if not chunk:
             break
         received += chunk
-        head_end = received.find(b"\r\n\r\n")
-        if head_end >= 0:
-            length = [int(l.split(b":")[1]) for l in received[:head_end].split(b"\r\n") if l.lower().startswith(b"content-length:")]
-            if length and len(received) >= head_end + 4 + length[0]:
-                break
     s.close()
+    return received
+
+
+def raw_exchange(head, body_parts):
+    """A request sent by hand (chunked framing, odd content types) on a connection that
+    ends after one response; returns (status, body) of that response."""
+    received = responses_until_close(head, b"".join(body_parts))
     head_end = received.find(b"\r\n\r\n")
     length = [int(l.split(b":")[1]) for l in received[:head_end].split(b"\r\n") if l.lower().startswith(b"content-length:")]
+    assert received.count(b"HTTP/1.1 ") == 1, received[:300]
     return int(received.split(b" ")[1]), received[head_end + 4:head_end + 4 + length[0]].decode()
 
 
@@ -287,25 +288,6 @@ error_of(*raw_exchange(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorizati
                        b"Content-Type: multipart/form-data; boundary=b\r\nConnection: close\r\n"
                        b"Content-Length: 4\r\n\r\n", [b"--b-"]), 415)
 
-
-def responses_until_close(head, body):
-    """Everything the server sends on one connection until it closes it (the test fails on a hang)."""
-    s = socket.create_connection(("127.0.0.1", PORT), timeout=30)
-    try:
-        s.sendall(head + body)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    received = b""
-    while True:
-        try:
-            chunk = s.recv(65536)
-        except ConnectionResetError:
-            break
-        if not chunk:
-            break
-        received += chunk
-    s.close()
-    return received
 
 
 # A refused body that is not read to its end closes its connection: its unread

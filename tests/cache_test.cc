@@ -1092,6 +1092,13 @@ TEST(StorageTier, ARestartedServerRestoresWhatTheFirstComputedFromStorage) {
   EXPECT_EQ(tier->start_prefetch(longer), 0u);
 }
 
+// Flips a byte in the middle of the value stored under `key`, as bit rot would.
+void corrupt_value(StorageBackend& backend, const StorageKey& key) {
+  auto values = *backend.get(std::span(&key, 1));
+  values[0][values[0].size() / 2] ^= std::byte{0x40};
+  ASSERT_TRUE(backend.set(std::span(&key, 1), values).is_ok());
+}
+
 TEST(StorageTier, ACorruptOrForeignValueIsAMissNeverServed) {
   auto backend = *make_memory_backend(size_t{16} << 20);
   std::vector<TokenId> prompt(32);
@@ -1102,11 +1109,7 @@ TEST(StorageTier, ACorruptOrForeignValueIsAMissNeverServed) {
     ASSERT_TRUE(serve(first, prompt, true));
     first.cache->drain_transfers();
     tier->poll();
-    // Flip a byte of the third block's value.
-    const auto keys = storage_keys(tier->fingerprint(), prompt);
-    auto values = *backend->get(std::span(keys).subspan(2, 1));
-    values[0][values[0].size() / 2] ^= std::byte{0x40};
-    ASSERT_TRUE(backend->set(std::span(keys).subspan(2, 1), values).is_ok());
+    corrupt_value(*backend, storage_keys(tier->fingerprint(), prompt)[2]);  // the third block's value
   }
   {
     Harness other(CodecKind::kInt4, 1, 64, 128, RadixCacheOptions{});  // another codec: other keys
@@ -1142,9 +1145,7 @@ TEST(StorageTier, AValueFoundUnusableIsWrittenAgainByTheNextBackup) {
   ASSERT_EQ(tier->stats().written_blocks, 4u);
   const auto keys = storage_keys(tier->fingerprint(), prompt);
   for (size_t rotten : {size_t{0}, size_t{2}}) {  // the chain's first block, then one inside it
-    auto values = *backend->get(std::span(keys).subspan(rotten, 1));
-    values[0][values[0].size() / 2] ^= std::byte{0x40};
-    ASSERT_TRUE(backend->set(std::span(keys).subspan(rotten, 1), values).is_ok());
+    corrupt_value(*backend, keys[rotten]);
     h.cache->evict_l1(64);
     h.cache->evict_l2(128);
     ASSERT_EQ(h.cache->cached_prefix(prompt).total(), 0u);

@@ -125,14 +125,19 @@ bool client_closed(int fd) {
 // 0.11 would parse the rest of the body as the next request, and a
 // "Connection: close" header does not stop it. A content provider that reports
 // failure once it has written the whole body does.
-void write_error_and_close(httplib::Response& res, const openai::ProtocolError& error) {
-  res.status = error.http_status;
-  res.set_content_provider(
-      openai::error_body(error).size(), "application/json",
-      [body = openai::error_body(error)](size_t offset, size_t length, httplib::DataSink& sink) {
-        sink.write(body.data() + offset, length);
-        return false;  // written: now end the connection
-      });
+void write_error_and_close(httplib::Response& res, int http_status, std::string message) {
+  openai::ProtocolError error;
+  error.http_status = http_status;
+  error.type = "invalid_request_error";
+  error.message = std::move(message);
+  res.status = http_status;
+  std::string body = openai::error_body(error);
+  const size_t size = body.size();
+  res.set_content_provider(size, "application/json",
+                           [body = std::move(body)](size_t offset, size_t length, httplib::DataSink& sink) {
+                             sink.write(body.data() + offset, length);
+                             return false;  // written: now end the connection
+                           });
 }
 
 // A POST body, read through `reader` up to `limit` bytes whatever its framing
@@ -142,11 +147,7 @@ void write_error_and_close(httplib::Response& res, const openai::ProtocolError& 
 std::optional<std::string> read_body(const httplib::Request& req, httplib::Response& res,
                                      const httplib::ContentReader& reader, size_t limit) {
   const auto refuse = [&](int http_status, std::string message) {
-    openai::ProtocolError e;
-    e.http_status = http_status;
-    e.type = "invalid_request_error";
-    e.message = std::move(message);
-    write_error_and_close(res, e);
+    write_error_and_close(res, http_status, std::move(message));
     return std::nullopt;
   };
   if (req.is_multipart_form_data())
@@ -632,14 +633,17 @@ struct HttpServer::Impl {
     size_t open = readers.size();
     // A client that goes away cancels its request, as a streaming one does:
     // a client that timed out (and perhaps retried) must not leave it running.
-    const int socket = connection_socket(req);
+    // Its socket is searched for only once the request has run a quarter
+    // second: most requests end before, and pay nothing for the search.
+    std::optional<int> socket;
     bool cancelled = false;
     Clock::time_point looked = Clock::now();
     while (open > 0) {
       auto event = stream->next(1s);
-      if (!cancelled && socket >= 0 && Clock::now() - looked >= 250ms) {  // a look at the client now and then
+      if (!cancelled && Clock::now() - looked >= 250ms) {  // a look at the client now and then
         looked = Clock::now();
-        if (client_closed(socket)) {
+        if (!socket) socket = connection_socket(req);
+        if (*socket >= 0 && client_closed(*socket)) {
           stack.engine().cancel(*stream);
           cancelled = true;
         }
@@ -843,11 +847,7 @@ struct HttpServer::Impl {
       const bool has_body = req.has_header("Transfer-Encoding") ||
                             (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
       if (reads_body || !has_body) return httplib::Server::HandlerResponse::Unhandled;
-      openai::ProtocolError e;
-      e.http_status = 400;
-      e.type = "invalid_request_error";
-      e.message = "a " + req.method + " request has no body";
-      write_error_and_close(res, e);
+      write_error_and_close(res, 400, "a " + req.method + " request has no body");
       return httplib::Server::HandlerResponse::Handled;
     });
     const int threads = options.threads;

@@ -42,6 +42,11 @@ struct ModelBenchOptions {
   int restore_prompt = 2048;   // tokens of the restore rows' prompt
   int restore_prefix = 1920;   // of which restored from L2
   double seconds_per_measurement = 1.0;
+  // One decode step of each batch (through its graph, with graphs on) runs
+  // between cudaProfilerStart and cudaProfilerStop, after its measurements:
+  // `ncu --profile-from-start off` then times those kernels alone
+  // (scripts/decode-breakdown).
+  bool profiler_range = false;
   CudaModelOptions cuda;  // cuda_graphs false: decode is timed kernel by kernel only
 };
 

@@ -30,6 +30,7 @@ struct ModelBenchFlags {
   int restore_prompt = 2048;
   int restore_prefix = 1920;
   double seconds = 1.0;
+  bool profiler_range = false;
   CudaModelOptions cuda;
   int tp_size = 1;
   TpFlags tp;
@@ -54,6 +55,7 @@ Result<ModelBenchOptions> build_options(const ModelBenchFlags& f) {
   o.restore_prefix = f.restore_prefix;
   if (!(f.seconds > 0)) return invalid_argument("--seconds must be positive");
   o.seconds_per_measurement = f.seconds;
+  o.profiler_range = f.profiler_range;
   HIQ_RETURN_IF_ERROR(check_cuda_graph_flags(f.cuda));
   o.cuda = f.cuda;
   return o;
@@ -64,6 +66,8 @@ std::string ms(double seconds) { return format_fixed(seconds * 1e3, 2); }
 Result<CudaTpOptions> build_tp_options(const ModelBenchFlags& f) {
   CudaTpOptions tp;
   HIQ_RETURN_IF_ERROR(apply_tp_flags(f.tp, tp.devices, tp.collective));
+  if (f.profiler_range && f.tp_size > 1)
+    return invalid_argument("--profiler-range marks one GPU's decode steps: it needs --tp-size 1");
   if (!tp.devices.empty() && f.tp_size == 1)
     return invalid_argument("--tp-devices place tensor-parallel ranks: they need --tp-size above 1");
   tp.model = f.cuda;
@@ -208,6 +212,9 @@ std::function<int()> add_bench_model_command(CLI::App& bench) {
   app->add_option("--restore-prompt", f->restore_prompt, "Prompt tokens of the restore rows")->capture_default_str();
   app->add_option("--restore-prefix", f->restore_prefix, "Of which restored from L2")->capture_default_str();
   app->add_option("--seconds", f->seconds, "Repeat each measurement about this long")->capture_default_str();
+  app->add_flag("--profiler-range", f->profiler_range,
+                "Run one more decode step of each batch between cudaProfilerStart and cudaProfilerStop, for "
+                "`ncu --profile-from-start off` (scripts/decode-breakdown)");
   add_cuda_graph_flags(app, f->cuda);
   app->add_option("--tp-size", f->tp_size,
                   "Tensor-parallel ranks, one thread and GPU each; above 1 the rows are set against one GPU, and "

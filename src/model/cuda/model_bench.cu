@@ -4,6 +4,8 @@
 #include <numeric>
 #include <random>
 
+#include <cuda_profiler_api.h>
+
 #include "core/median_time.h"
 #include "cuda/buffers.h"
 #include "cuda/check.cuh"
@@ -148,6 +150,15 @@ Result<ModelBenchReport> run_model_bench(const ModelConfig& config, const ModelS
     if (o.cuda.cuda_graphs) {
       HIQ_ASSIGN_OR_RETURN(row.graph_step_seconds, timed_steps(true));
       row.step_seconds = row.graph_step_seconds;
+    }
+    if (o.profiler_range) {
+      for (auto& t : tokens) t.resize(prefilled);
+      model->set_cuda_graphs(o.cuda.cuda_graphs);
+      HIQ_RETURN_IF_ERROR(step(nullptr));  // the graph of this bucket exists after the timed steps
+      HIQ_CUDA_RETURN_IF_ERROR(cudaProfilerStart());
+      const Status profiled = step(nullptr);
+      HIQ_CUDA_RETURN_IF_ERROR(cudaProfilerStop());
+      HIQ_RETURN_IF_ERROR(profiled);
     }
     for (auto& t : tokens) t.resize(prefilled);
     HIQ_ASSIGN_OR_RETURN(row.components.seconds, median_profile(step));

@@ -56,21 +56,37 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 // Stages context tokens [kv0, kv0 + kTile) of KV head `kv_head` into `stage`;
-// tokens at or past `kv_end` become zeros.
+// tokens at or past `kv_end` become zeros. A thread copies the same rows of K
+// and of V, so it reads each of its rows' slots once, and reads them all
+// before its first copy: the copies then wait on one round trip to the slot
+// table, not on one each.
 template <int D, int kThreads>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* stage, const AttentionArgs& a, const uint32_t* slots,
                                           int kv0, int kv_end, int kv_head) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  constexpr int kPartCopies = kTile * kChunks;  // of K, and again of V
+  static_assert(kPartCopies % kThreads == 0 || kPartCopies < kThreads, "threads share a part's chunks evenly");
+  constexpr int kCopies = (kPartCopies + kThreads - 1) / kThreads;  // per thread and part
+  // With fewer chunks than threads (head_dim 16 in the largest block) the last threads copy none.
+  if (kPartCopies < kThreads && static_cast<int>(threadIdx.x) >= kPartCopies) return;
   const int64_t row_stride = static_cast<int64_t>(a.kv_heads) * D;
-  for (int i = threadIdx.x; i < kTile * kChunks * 2; i += kThreads) {
-    const int part = i / (kTile * kChunks);  // 0: K, 1: V
-    const int r = (i / kChunks) % kTile, c = i % kChunks;
-    const int token = kv0 + r;
-    const bool valid = token < kv_end;
-    const __nv_bfloat16* plane = part == 0 ? a.k_plane : a.v_plane;
-    const __nv_bfloat16* src = plane + (valid ? static_cast<int64_t>(slots[token]) * row_stride : 0) +
-                               kv_head * D + c * 8;
-    copy16_async(smem_address(stage + part * kTile * kSmemStride<D> + r * kSmemStride<D> + c * 8), src, valid);
+  int64_t offset[kCopies];  // of each copy's row in the planes; 0 past the context
+#pragma unroll
+  for (int j = 0; j < kCopies; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    const int token = kv0 + i / kChunks;
+    offset[j] = token < kv_end ? static_cast<int64_t>(__ldg(slots + token)) * row_stride : 0;
+  }
+#pragma unroll
+  for (int part = 0; part < 2; ++part) {  // 0: K, 1: V
+    const __nv_bfloat16* plane = (part == 0 ? a.k_plane : a.v_plane) + kv_head * D;
+#pragma unroll
+    for (int j = 0; j < kCopies; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      const int r = i / kChunks, c = i % kChunks;
+      copy16_async(smem_address(stage + part * kTile * kSmemStride<D> + r * kSmemStride<D> + c * 8),
+                   plane + offset[j] + c * 8, kv0 + r < kv_end);
+    }
   }
 }
 

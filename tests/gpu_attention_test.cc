@@ -103,8 +103,11 @@ cuda::DeviceMemory upload(const std::vector<T>& host) {
   return std::move(*memory);
 }
 
-// Runs `kernel` on the problem; the output as floats.
-std::vector<float> run(const Problem& p, AttentionKernel kernel, int multiprocessors, int* splits_used) {
+// Runs `kernel` on the problem; the output as floats. A `bucket_kv_len`
+// sizes the launch (grid, splits) for that context instead of the longest
+// one, as a decode graph does for its bucket.
+std::vector<float> run(const Problem& p, AttentionKernel kernel, int multiprocessors, int* splits_used,
+                       int bucket_kv_len = 0) {
   cuda::DeviceMemory q = upload(p.q), k = upload(p.k), v = upload(p.v), slots = upload(p.slots),
                      sequences = upload(p.sequences);
   const size_t out_elements = static_cast<size_t>(p.tokens) * p.heads * p.head_dim;
@@ -124,6 +127,7 @@ std::vector<float> run(const Problem& p, AttentionKernel kernel, int multiproces
     a.max_q_len = std::max(a.max_q_len, s.q_len);
     a.max_kv_len = std::max(a.max_kv_len, s.kv_len);
   }
+  a.max_kv_len = std::max(a.max_kv_len, bucket_kv_len);
   a.num_tokens = p.tokens;
   a.heads = p.heads;
   a.kv_heads = p.kv_heads;
@@ -253,13 +257,19 @@ TEST(GpuAttentionDecodeTest, FewRowsPerKvHeadMatchAFloat64ReferenceSplitOrNot) {
       form.kv_heads = p.kv_heads;
       for (const auto& sequence : p.sequences) form.max_q_len = std::max(form.max_q_len, sequence.q_len);
       ASSERT_TRUE(cuda::attention_decode_form(form)) << "shape " << seed - 1 << " would not take the decode form";
-      int splits = 0;
-      const std::vector<float> out = run(p, AttentionKernel::kPortable, multiprocessors, &splits);
-      const auto [error, finite] = compare(out, reference(p));
-      EXPECT_TRUE(finite) << "shape " << seed - 1 << ", splits " << splits;
-      EXPECT_LT(error, 1e-2) << "shape " << seed - 1 << ", splits " << splits;
-      split_seen = split_seen || splits > 1;
-      whole_seen = whole_seen || (splits == 1 && p.sequences.front().kv_len >= 1000);
+      int longest = 0;
+      for (const auto& sequence : p.sequences) longest = std::max(longest, sequence.kv_len);
+      // Sized for the longest context, and for a graph's bucket of twice it
+      // (every sequence's context then spread over more splits).
+      for (const int bucket : {0, 2 * longest}) {
+        int splits = 0;
+        const std::vector<float> out = run(p, AttentionKernel::kPortable, multiprocessors, &splits, bucket);
+        const auto [error, finite] = compare(out, reference(p));
+        EXPECT_TRUE(finite) << "shape " << seed - 1 << ", splits " << splits << ", bucket " << bucket;
+        EXPECT_LT(error, 1e-2) << "shape " << seed - 1 << ", splits " << splits << ", bucket " << bucket;
+        split_seen = split_seen || splits > 1;
+        whole_seen = whole_seen || (splits == 1 && p.sequences.front().kv_len >= 1000);
+      }
     }
   }
   EXPECT_TRUE(whole_seen) << "no long context ran in one block: the in-block merge alone went untested";

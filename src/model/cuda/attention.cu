@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cfloat>
+#include <climits>
 
 #include "cuda/check.cuh"
 #include "cuda/kernel_attributes.cuh"
@@ -111,15 +112,18 @@ __device__ __forceinline__ ThreadRows thread_rows(int warp_row0, int rows, int g
   return r;
 }
 
-// The context tokens [begin, end) a block reads: its split of the longest
-// context, cut at the sequence's end and at its last row's position.
+// The context tokens [begin, end) a block reads: its split of its own
+// sequence's context, cut at its last row's position. Splitting each
+// sequence's context, rather than the longest one's, gives every split work
+// when contexts differ, and when a decode graph sized the splits for its
+// bucket's context (up to twice the real one).
 struct ContextRange {
   int begin, end;
 };
 
 __device__ __forceinline__ ContextRange context_range(const AttentionArgs& a, const AttentionSequence& seq, int split,
                                                       int last_position) {
-  const int split_len = (a.max_kv_len + a.splits - 1) / a.splits;
+  const int split_len = (seq.kv_len + a.splits - 1) / a.splits;
   const int split_tokens = (split_len + kTile - 1) / kTile * kTile;
   const int begin = split * split_tokens;
   return {begin, min(min(begin + split_tokens, seq.kv_len), last_position + 1)};
@@ -555,15 +559,65 @@ AttentionKernel attention_kernel_for(const AttentionArgs& a, int multiprocessors
   return current_device_is_sm90() ? AttentionKernel::kSm90 : AttentionKernel::kPortable;
 }
 
+namespace {
+
+// Blocks of the decode form resident on one multiprocessor (its shared
+// memory decides); 1 when the device cannot say.
+template <int D>
+int ask_decode_blocks_per_multiprocessor() {
+  constexpr auto kKernel = decode_attention_kernel<D>;
+  int blocks = 0;
+  if (!allow_dynamic_shared_memory<kKernel>(static_cast<int>(kDecodeSmemBytes<D>)).is_ok() ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, kDecodeWarps * 32, kDecodeSmemBytes<D>) !=
+          cudaSuccess)
+    return 1;
+  return std::max(blocks, 1);
+}
+
+template <int D>
+int decode_blocks_per_multiprocessor() {
+  static const int blocks = ask_decode_blocks_per_multiprocessor<D>();  // the GPUs of a process are of one kind
+  return blocks;
+}
+
+int decode_blocks_per_multiprocessor(int head_dim) {
+  switch (head_dim) {
+    case 16: return decode_blocks_per_multiprocessor<16>();
+    case 32: return decode_blocks_per_multiprocessor<32>();
+    case 64: return decode_blocks_per_multiprocessor<64>();
+    case 128: return decode_blocks_per_multiprocessor<128>();
+    case 256: return decode_blocks_per_multiprocessor<256>();
+    default: return 1;
+  }
+}
+
+}  // namespace
+
 int attention_splits(const AttentionArgs& a, int multiprocessors) {
   if (a.kernel != AttentionKernel::kPortable) return 1;
   const int rows = rows_per_block(a);
   const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + rows - 1) / rows;
   const long blocks = static_cast<long>(row_tiles) * a.num_sequences * a.kv_heads;
-  // Aim at four blocks per multiprocessor, but keep each split ≥ 2 tiles.
-  const long wanted = (4L * multiprocessors + blocks - 1) / blocks;
-  const long most = std::max(1, a.max_kv_len / (2 * kTile));
-  return static_cast<int>(std::clamp(wanted, 1L, std::min(most, 64L)));
+  // Each split keeps ≥ 2 tiles of the longest context.
+  const long most = std::clamp(a.max_kv_len / (2L * kTile), 1L, 64L);
+  if (!attention_decode_form(a)) {
+    // Prefill: aim at four blocks per multiprocessor.
+    const long wanted = (4L * multiprocessors + blocks - 1) / blocks;
+    return static_cast<int>(std::clamp(wanted, 1L, most));
+  }
+  // Decode blocks all read about as much and are bound by memory: the step
+  // lasts about (waves of blocks) × (tiles a block reads + one for its
+  // fixed work), plus a tile's worth for the combine kernel when split.
+  // Pick the cheapest; the fewest splits among equals.
+  const long slots = static_cast<long>(std::max(multiprocessors, 1)) * decode_blocks_per_multiprocessor(a.head_dim);
+  long best = 1, best_cost = LONG_MAX;
+  for (long s = 1; s <= most; ++s) {
+    const long tiles = ((a.max_kv_len + s - 1) / s + kTile - 1) / kTile;
+    const long waves = (blocks * s + slots - 1) / slots;
+    const long cost = waves * (tiles + 1) + (s > 1 ? 1 : 0);
+    if (cost < best_cost) best = s, best_cost = cost;
+  }
+  return static_cast<int>(best);
 }
 
 size_t attention_workspace_floats(int splits, int num_tokens, int heads, int head_dim) {

@@ -87,6 +87,9 @@ bool attention_decode_form(const AttentionArgs& args);
 
 // How many context splits to use for a batch on `multiprocessors` SMs: more
 // when the batch alone cannot fill the GPU; always 1 for the kSm90 kernel.
+// In the decode form, the count whose blocks fill the resident slots in the
+// fewest rounds of the fewest tiles (each sequence's context is split in
+// that many parts of whole tiles).
 int attention_splits(const AttentionArgs& args, int multiprocessors);
 // Floats of workspace a call with `splits` needs (0 when splits == 1).
 size_t attention_workspace_floats(int splits, int num_tokens, int heads, int head_dim);

@@ -15,10 +15,9 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kColumns = 16;  // output columns (weight rows) per block: the mma's M
 constexpr int kChunk = 32;    // k per warp step: two mma k-steps
-// Chunks of a warp's group of loads (two groups in flight): fewer when more
-// rows of x take registers.
+// Chunks a warp has in flight: fewer when more rows of x take registers.
 template <int kTiles>
-constexpr int kUnroll = kTiles == 1 ? 4 : 2;
+constexpr int kUnroll = kTiles <= 2 ? 4 : 2;
 constexpr int kSmemRowPad = 32;  // elements after each row of x in shared memory (64 bytes)
 // Shared memory a normalising product may take for x: two blocks still fit a multiprocessor.
 constexpr size_t kMostNormalizedBytes = 96 * 1024;
@@ -133,7 +132,7 @@ __device__ __forceinline__ void store_outputs(const float (&partial)[kWarps][kTi
 // normalised there, once per block for all the column tiles it takes; the
 // loop then reads it from there.
 template <int kTiles, bool kNormalize>  // 8-row tiles of x: m ≤ 8 · kTiles
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads)
     skinny_gemm_kernel(const __nv_bfloat16* __restrict__ x, int m, const __nv_bfloat16* __restrict__ w, int n, int k,
                        void* __restrict__ y, bool y_fp32, SkinnyFusion fusion) {
   static_assert(kThreads == kRmsThreads, "the norm's order of summation is that of its own kernel");
@@ -172,22 +171,26 @@ __global__ void __launch_bounds__(kThreads, 2)
     const __nv_bfloat16* w_lo = w + row_lo * k + quad * 8;
     const __nv_bfloat16* w_hi = w + row_hi * k + quad * 8;
     float acc[kTiles][4] = {};
-    // Two sets of weight registers: while a warp multiplies one group of
-    // kDepth chunks, the loads of the next group are in flight.
-    uint4 a_lo[2][kDepth], a_hi[2][kDepth];
+    uint4 a_lo[kDepth], a_hi[kDepth], b[kDepth][kTiles];
     // Warp `warp` takes chunks warp, warp + 8, …: a block's warps read each row in 512-byte runs.
-    const auto load_weights = [&](uint4(&lo)[kDepth], uint4(&hi)[kDepth], int c0) {
+    const auto load_weights = [&](int c0) {
 #pragma unroll
       for (int u = 0; u < kDepth; ++u) {
         const int c = c0 + u * kWarps;
         if (c < chunks) {
-          lo[u] = load_stream(w_lo + c * kChunk);
-          hi[u] = load_stream(w_hi + c * kChunk);
+          a_lo[u] = load_stream(w_lo + c * kChunk);
+          a_hi[u] = load_stream(w_hi + c * kChunk);
         }
       }
     };
-    const auto multiply = [&](const uint4(&lo)[kDepth], const uint4(&hi)[kDepth], int c0) {
-      uint4 b[kDepth][kTiles];
+    load_weights(warp);
+    if (tile == blockIdx.x) {
+      // The weights are no output of the kernel before: their first chunks
+      // are in flight before x, which is, may be read.
+      wait_for_prerequisites();
+      if constexpr (kNormalize) normalize_into_shared<kTiles * 8>(x, m, k, fusion, x_smem, rstd);
+    }
+    for (int c0 = warp; c0 < chunks; c0 += kWarps * kDepth) {
 #pragma unroll
       for (int u = 0; u < kDepth; ++u) {
         const int c = c0 + u * kWarps;
@@ -204,27 +207,11 @@ __global__ void __launch_bounds__(kThreads, 2)
         if (c0 + u * kWarps >= chunks) break;
 #pragma unroll
         for (int t = 0; t < kTiles; ++t) {
-          mma_bf16(acc[t], lo[u].x, hi[u].x, lo[u].y, hi[u].y, b[u][t].x, b[u][t].y);
-          mma_bf16(acc[t], lo[u].z, hi[u].z, lo[u].w, hi[u].w, b[u][t].z, b[u][t].w);
+          mma_bf16(acc[t], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[u][t].x, b[u][t].y);
+          mma_bf16(acc[t], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[u][t].z, b[u][t].w);
         }
       }
-    };
-    constexpr int kStep = kWarps * kDepth;  // chunks between a warp's groups
-    load_weights(a_lo[0], a_hi[0], warp);
-    load_weights(a_lo[1], a_hi[1], warp + kStep);
-    if (tile == blockIdx.x) {
-      // The weights are no output of the kernel before: their first chunks
-      // are in flight before x, which is, may be read.
-      wait_for_prerequisites();
-      if constexpr (kNormalize) normalize_into_shared<kTiles * 8>(x, m, k, fusion, x_smem, rstd);
-    }
-    // Groups in order, each added into acc as before: the same bits whatever the depth of loads.
-    for (int c0 = warp; c0 < chunks; c0 += 2 * kStep) {
-      multiply(a_lo[0], a_hi[0], c0);
-      load_weights(a_lo[0], a_hi[0], c0 + 2 * kStep);
-      if (c0 + kStep >= chunks) break;
-      multiply(a_lo[1], a_hi[1], c0 + kStep);
-      load_weights(a_lo[1], a_hi[1], c0 + 3 * kStep);
+      load_weights(c0 + kWarps * kDepth);
     }
     if (tile + gridDim.x >= tiles) allow_dependents();
 

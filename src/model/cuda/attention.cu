@@ -446,23 +446,47 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
 }
 
 // out = Σ_s 2^(max_s − M) · acc_s / Σ_s 2^(max_s − M) · sum_s, M = max_s max_s.
-// One block of head_dim threads (rounded up to a warp) per (token, head) row.
+// One block of head_dim threads (rounded up to a warp) per (token, head)
+// row. The first warp reads every split's (max, sum) at once, one split a
+// lane, and leaves each split's weight in shared memory; then each thread
+// adds its element of the splits' outputs, several loads in flight.
+constexpr int kMostSplits = 64;  // attention_splits() never gives more
 __global__ void combine_kernel(AttentionArgs a) {
   allow_dependents();  // the output projection may start on its weights
+  __shared__ float weight[kMostSplits];
   const int64_t rows_total = static_cast<int64_t>(a.num_tokens) * a.heads;
   const int64_t row = blockIdx.x;
-  const float* stats = a.workspace + a.splits * rows_total * a.head_dim;
-  float m = -INFINITY;
-  for (int s = 0; s < a.splits; ++s) m = fmaxf(m, stats[(s * rows_total + row) * 2]);
-  const float base = m == -INFINITY ? 0.f : m;
-  float total = 0.f;
-  for (int s = 0; s < a.splits; ++s) total += exp2f(stats[(s * rows_total + row) * 2] - base) * stats[(s * rows_total + row) * 2 + 1];
-  const float inv = total > 0.f ? 1.f / total : 0.f;
+  if (threadIdx.x < 32) {
+    const float* stats = a.workspace + a.splits * rows_total * a.head_dim;
+    const int lane = static_cast<int>(threadIdx.x);
+    float max[2], sum[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int split = lane + 32 * h;
+      const bool used = split < a.splits;
+      max[h] = used ? stats[(split * rows_total + row) * 2] : -INFINITY;
+      sum[h] = used ? stats[(split * rows_total + row) * 2 + 1] : 0.f;
+    }
+    float most = fmaxf(max[0], max[1]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
+    const float base = most == -INFINITY ? 0.f : most;
+    const float scale[2] = {exp2f(max[0] - base), exp2f(max[1] - base)};
+    float total = scale[0] * sum[0] + scale[1] * sum[1];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    weight[lane] = scale[0] * inv;
+    weight[lane + 32] = scale[1] * inv;
+  }
+  __syncthreads();
+  const float* partial = a.workspace + row * a.head_dim;
+  const int64_t split_stride = rows_total * a.head_dim;
   for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
     float v = 0.f;
-    for (int s = 0; s < a.splits; ++s)
-      v += exp2f(stats[(s * rows_total + row) * 2] - base) * a.workspace[(s * rows_total + row) * a.head_dim + d];
-    a.out[row * a.head_dim + d] = __float2bfloat16_rn(v * inv);
+#pragma unroll 8
+    for (int s = 0; s < a.splits; ++s) v += weight[s] * partial[s * split_stride + d];
+    a.out[row * a.head_dim + d] = __float2bfloat16_rn(v);
   }
 }
 
@@ -599,7 +623,7 @@ int attention_splits(const AttentionArgs& a, int multiprocessors) {
   const int row_tiles = (a.max_q_len * (a.heads / a.kv_heads) + rows - 1) / rows;
   const long blocks = static_cast<long>(row_tiles) * a.num_sequences * a.kv_heads;
   // Each split keeps ≥ 2 tiles of the longest context.
-  const long most = std::clamp(a.max_kv_len / (2L * kTile), 1L, 64L);
+  const long most = std::clamp(a.max_kv_len / (2L * kTile), 1L, static_cast<long>(kMostSplits));
   if (!attention_decode_form(a)) {
     // Prefill: aim at four blocks per multiprocessor.
     const long wanted = (4L * multiprocessors + blocks - 1) / blocks;
@@ -630,6 +654,8 @@ Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.heads <= 0 || a.kv_heads <= 0 || a.heads % a.kv_heads != 0)
     return invalid_argument("attention: heads must be a positive multiple of kv_heads");
   if (a.splits > 1 && a.workspace == nullptr) return invalid_argument("attention: split contexts need a workspace");
+  if (a.splits < 1 || a.splits > kMostSplits)
+    return invalid_argument("attention: splits must be from 1 to " + std::to_string(kMostSplits));
   if (a.kernel != AttentionKernel::kPortable) return launch_attention_sm90(a, stream);
   switch (a.head_dim) {
     case 16: return launch<16>(a, stream);

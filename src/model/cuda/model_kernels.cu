@@ -99,17 +99,20 @@ __global__ void add_bias_kernel(bf16* x, const bf16* bias, int64_t n, int width)
     x[i] = __float2bfloat16_rn(to_float(x[i]) + to_float(bias[i % width]));
 }
 
-// One block per token, one warp per head (q heads, then k, then v). Lane l
-// holds the RoPE pairs (j, j + d/2) for j = l, l + 32, … < d/2.
+// One warp per (token, head) (q heads, then k, then v): blocks of
+// kQkvWarps heads of one token, blockIdx.x the token. Every head of a decode
+// step is then finished at once instead of a block's warps taking them in
+// turns. Lane l holds the RoPE pairs (j, j + d/2) for j = l, l + 32, … < d/2.
 constexpr int kMaxPairsPerLane = 4;  // head_dim ≤ 256
-__global__ void qkv_finish_kernel(QkvArgs a) {
-  const int t = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+constexpr int kQkvWarps = 8;
+__global__ void __launch_bounds__(kQkvWarps * 32) qkv_finish_kernel(QkvArgs a) {
+  const int t = blockIdx.x, warp = blockIdx.y * kQkvWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   const int d = a.head_dim, half = d / 2;
   const int width = (a.heads + 2 * a.kv_heads) * d;
   bf16* row = a.qkv + static_cast<int64_t>(t) * width;
   const float position = static_cast<float>(a.positions[t]);
   const bool store = a.slots[t] != kNoKvSlot;
-  for (int head = warp; head < a.heads + 2 * a.kv_heads; head += blockDim.x / 32) {
+  for (int head = warp; head < a.heads + 2 * a.kv_heads; head += gridDim.y * kQkvWarps) {
     bf16* x = row + head * d;
     const bf16* bias = a.bias != nullptr ? a.bias + head * d : nullptr;
     float lo[kMaxPairsPerLane], hi[kMaxPairsPerLane];
@@ -248,7 +251,9 @@ Status launch_qkv_finish(const QkvArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return Status::ok();
   if (a.head_dim % 2 != 0 || a.head_dim > 2 * 32 * kMaxPairsPerLane)
     return invalid_argument("qkv_finish: head_dim must be even and at most 256");
-  qkv_finish_kernel<<<static_cast<unsigned>(a.tokens), 256, 0, stream>>>(a);
+  const int heads = a.heads + 2 * a.kv_heads;
+  const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>((heads + kQkvWarps - 1) / kQkvWarps));
+  qkv_finish_kernel<<<grid, kQkvWarps * 32, 0, stream>>>(a);
   return cuda_status(cudaGetLastError(), "qkv_finish_kernel");
 }
 

@@ -276,7 +276,7 @@ TEST(GpuAttentionDecodeTest, FewRowsPerKvHeadMatchAFloat64ReferenceSplitOrNot) {
   EXPECT_TRUE(split_seen) << "no shape split its context: the combine step went untested";
 }
 
-TEST(GpuAttentionChoiceTest, PicksTheSm90KernelOnlyForBatchesThatFillTheGpu) {
+TEST(GpuAttentionChoiceTest, PicksTheSm90KernelOnlyForPrefillsThatFillTheGpu) {
   HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
   cuda::AttentionArgs a;
   a.heads = 32;
@@ -292,6 +292,9 @@ TEST(GpuAttentionChoiceTest, PicksTheSm90KernelOnlyForBatchesThatFillTheGpu) {
   a.max_q_len = 5;  // 20 rows: the blocks of 64 or 128
   EXPECT_FALSE(cuda::attention_decode_form(a));
   a.max_q_len = 1;
+  a.num_sequences = 64;  // a decode batch whose KV heads alone would fill the GPU: still the decode form
+  EXPECT_EQ(cuda::attention_kernel_for(a, 132), AttentionKernel::kPortable);
+  a.num_sequences = 1;
   a.max_q_len = 4096;  // prefill
   EXPECT_EQ(cuda::attention_kernel_for(a, 132),
             device_is_sm90() ? AttentionKernel::kSm90 : AttentionKernel::kPortable);

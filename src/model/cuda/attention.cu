@@ -577,6 +577,10 @@ AttentionKernel attention_kernel_for(const AttentionArgs& a, int multiprocessors
   constexpr int kSm90Rows = 128;  // rows of one kSm90 block
   if (a.heads <= 0 || a.kv_heads <= 0 || a.heads % a.kv_heads != 0 || a.head_dim != 128)
     return AttentionKernel::kPortable;
+  // A decode batch: the portable kernel's decode form splits the context to
+  // fill the GPU and gives each warp a share of every tile; the Hopper
+  // kernel's blocks of 128 rows would hold 4 to 16, one block per KV head.
+  if (static_cast<long>(a.max_q_len) * (a.heads / a.kv_heads) <= kDecodeRows) return AttentionKernel::kPortable;
   const long row_tiles = (static_cast<long>(a.max_q_len) * (a.heads / a.kv_heads) + kSm90Rows - 1) / kSm90Rows;
   // Its blocks must fill the GPU on their own: it cannot split the context.
   if (row_tiles * a.num_sequences * a.kv_heads < multiprocessors) return AttentionKernel::kPortable;

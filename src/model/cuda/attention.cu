@@ -349,17 +349,12 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a)
 // its four warps a quarter of every staged tile (16 context tokens) with a
 // softmax state of its own, and merges the four states at the end through
 // shared memory, as the combine step merges splits.
-// Three stages: two tiles in flight while one is read. Two blocks of three
-// stages keep more bytes in flight on a multiprocessor than three of two.
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeRows = kRowsPerWarp;
-constexpr int kDecodeStages = 3;
-template <int D>
-constexpr size_t kDecodeStageBytes = kDecodeStages * kStageElements<D> * sizeof(__nv_bfloat16);
 template <int D>
 constexpr size_t kDecodeMergeBytes = kDecodeWarps * kDecodeRows * (D + 2) * sizeof(float);
 template <int D>
-constexpr size_t kDecodeSmemBytes = std::max(kDecodeStageBytes<D>, kDecodeMergeBytes<D>);
+constexpr size_t kDecodeSmemBytes = std::max(kSmemBytes<D>, kDecodeMergeBytes<D>);
 
 template <int D>
 __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(AttentionArgs a) {
@@ -386,31 +381,30 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
   const float scale_log2 = a.scale * kLog2e;
 
   const int tiles = kv_end > kv_begin ? (kv_end - kv_begin + kTile - 1) / kTile : 0;
-  // Tile t goes to stage t mod kDecodeStages. One commit group per tile, an
-  // empty one past the last, so that waiting for all but the newest
-  // kDecodeStages − 1 groups always means tile t has landed.
-  const auto load = [&](int t) {
-    if (t < tiles)
-      load_tile<D, kThreads>(smem + (t % kDecodeStages) * kStageElements<D>, a, slots, kv_begin + t * kTile, kv_end,
-                             kv_head);
+  if (tiles > 0) {
+    load_tile<D, kThreads>(smem, a, slots, kv_begin, kv_end, kv_head);
     async_commit();
-  };
-  for (int t = 0; t < kDecodeStages - 1; ++t) load(t);
+  }
   for (int t = 0; t < tiles; ++t) {
-    load(t + kDecodeStages - 1);  // into the stage read in the previous turn, which ended on a barrier
-    async_wait<kDecodeStages - 1>();
+    if (t + 1 < tiles) {
+      load_tile<D, kThreads>(smem + ((t + 1) % 2) * kStageElements<D>, a, slots, kv_begin + (t + 1) * kTile, kv_end,
+                             kv_head);
+      async_commit();
+      async_wait<1>();
+    } else {
+      async_wait<0>();
+    }
     __syncthreads();
     // This warp's 16 tokens of the tile.
     const int token0 = kv_begin + t * kTile + warp * kWarpTokens;
-    const __nv_bfloat16* k_rows = smem + (t % kDecodeStages) * kStageElements<D> + warp * kWarpTokens * kSmemStride<D>;
+    const __nv_bfloat16* k_rows = smem + (t % 2) * kStageElements<D> + warp * kWarpTokens * kSmemStride<D>;
     const __nv_bfloat16* v_rows = k_rows + kTile * kSmemStride<D>;
     float s[kWarpTokens / 8][4];
     scores<kWarpTokens / 8, D>(s, q_frag, k_rows, lane);
     state.update(s, token0, kv_end, r.position, /*unmasked=*/false, scale_log2, lane);
     accumulate_values<kWarpTokens / 8, D>(state.acc, s, v_rows, lane);
-    __syncthreads();  // the stage is overwritten by the next turn's load
+    __syncthreads();  // the stage is overwritten by the load two tiles on
   }
-  async_wait<0>();  // only empty groups can be left, but the stages are reused below
 
   // Merge the warps: each leaves its max, sum and unnormalised output per
   // row in shared memory (the stages are free: the loop ended on a barrier).

@@ -1094,9 +1094,10 @@ TEST(StorageTier, ARestartedServerRestoresWhatTheFirstComputedFromStorage) {
 
 // Flips a byte in the middle of the value stored under `key`, as bit rot would.
 void corrupt_value(StorageBackend& backend, const StorageKey& key) {
-  auto values = *backend.get(std::span(&key, 1));
-  values[0][values[0].size() / 2] ^= std::byte{0x40};
-  ASSERT_TRUE(backend.set(std::span(&key, 1), values).is_ok());
+  auto values = backend.get(std::span(&key, 1));
+  ASSERT_TRUE(values.is_ok() && values->size() == 1 && !(*values)[0].empty()) << "no value to corrupt";
+  (*values)[0][(*values)[0].size() / 2] ^= std::byte{0x40};
+  ASSERT_TRUE(backend.set(std::span(&key, 1), *values).is_ok());
 }
 
 TEST(StorageTier, ACorruptOrForeignValueIsAMissNeverServed) {

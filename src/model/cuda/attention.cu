@@ -536,9 +536,17 @@ Status launch(const AttentionArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
+namespace {
+
+// A decode batch: every sequence's rows for one KV head (q_len × group) fit one warp's 16.
+bool decode_sized(const AttentionArgs& a) {
+  return a.kv_heads > 0 && static_cast<long>(a.max_q_len) * (a.heads / a.kv_heads) <= kDecodeRows;
+}
+
+}  // namespace
+
 bool attention_decode_form(const AttentionArgs& a) {
-  return a.kernel == AttentionKernel::kPortable && a.kv_heads > 0 &&
-         a.max_q_len * (a.heads / a.kv_heads) <= kDecodeRows;
+  return a.kernel == AttentionKernel::kPortable && decode_sized(a);
 }
 
 bool attention_head_dim_supported(int head_dim) {
@@ -580,7 +588,7 @@ AttentionKernel attention_kernel_for(const AttentionArgs& a, int multiprocessors
   // A decode batch: the portable kernel's decode form splits the context to
   // fill the GPU and gives each warp a share of every tile; the Hopper
   // kernel's blocks of 128 rows would hold 4 to 16, one block per KV head.
-  if (static_cast<long>(a.max_q_len) * (a.heads / a.kv_heads) <= kDecodeRows) return AttentionKernel::kPortable;
+  if (decode_sized(a)) return AttentionKernel::kPortable;
   const long row_tiles = (static_cast<long>(a.max_q_len) * (a.heads / a.kv_heads) + kSm90Rows - 1) / kSm90Rows;
   // Its blocks must fill the GPU on their own: it cannot split the context.
   if (row_tiles * a.num_sequences * a.kv_heads < multiprocessors) return AttentionKernel::kPortable;

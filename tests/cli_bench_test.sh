@@ -96,12 +96,24 @@ python3 - "$TMP/cpu.json" <<'PY' || fail "hiq bench cpu report: $(cat "$TMP/cpu.
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["threads"] == 2, r
-assert [row["what"] for row in r["rows"]] == ["prefill", "decode step"], r
+assert [row["what"] for row in r["rows"]] == ["prefill", "decode step", "decode batch of 8"], r
+assert r["batch_same_as_alone"] is True, r
 for row in r["rows"]:
     assert row["same_logits"] is True and row["one_thread_seconds"] > 0 and row["threads_seconds"] > 0, row
     assert abs(row["speedup"] - row["one_thread_seconds"] / row["threads_seconds"]) < 1e-9, row
 PY
-pass "hiq bench cpu --threads 2: same logits, speedup reported"
+pass "hiq bench cpu --threads 2: same logits, speedup reported, a batch's logits are its sequences' alone"
+# One thread against one: both rows timed and compared, not left empty.
+"$HIQ" bench cpu --model "$root/models/hiq-tiny-python" --threads 1 --prefill 16 --decode-context 16 --decode-batch 2 --seconds 0.01 \
+  --json >"$TMP/cpu1.json" 2>"$TMP/err" || fail "hiq bench cpu --threads 1 exited non-zero: $(cat "$TMP/err")"
+python3 - "$TMP/cpu1.json" <<'PY' || fail "hiq bench cpu --threads 1 report: $(cat "$TMP/cpu1.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["threads"] == 1, r
+for row in r["rows"]:
+    assert row["same_logits"] is True and row["one_thread_seconds"] > 0 and row["threads_seconds"] > 0, row
+PY
+pass "hiq bench cpu --threads 1: the pass timed twice, same logits"
 rc=0
 "$HIQ" bench cpu --model "$root/models/hiq-tiny-python" --threads -1 >"$TMP/out" 2>"$TMP/err" || rc=$?
 [[ $rc -eq 1 ]] && grep -q -- "--threads must be positive" "$TMP/err" || fail "hiq bench cpu --threads -1: rc $rc, $(cat "$TMP/err")"

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 #include <vector>
+#include <string>
 
 #include "codec/numeric.h"
 #include "core/parallel.h"
@@ -175,6 +176,89 @@ TEST(CpuForward, ThreadsGiveTheSameBits) {
   set_parallel_threads(before);
   EXPECT_TRUE(logits[0] == logits[1]);
   EXPECT_TRUE(logits[0] == logits[2]);
+}
+
+// A batch shares its matrix products: a prefill, a continuation that wants
+// every position's logits, and decode steps over contexts longer than an
+// attention key block, run in one pass, get the bits each gets alone — on
+// one thread and on three — and leave the same KV in L1.
+TEST(CpuForward, ABatchGivesEachSequenceTheBitsItGetsAlone) {
+  TinyModel m;
+  constexpr size_t kSlots = 3 * 700;
+  const auto tokens = prompt(700);
+  // Sequence s owns slots [s · 700, s · 700 + 700), in a scattered order.
+  const auto slots_for = [](size_t s) {
+    std::vector<SlotId> out(700);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<SlotId>(s * 700 + (i * 37) % 700);
+    return out;
+  };
+  const std::vector<std::vector<SlotId>> slots = {slots_for(0), slots_for(1), slots_for(2)};
+  // Each sequence: (tokens it has, first new one, all logits).
+  struct Shape {
+    size_t length, first_new;
+    bool all;
+  };
+  const std::vector<Shape> shapes = {{300, 0, false}, {650, 600, true}, {700, 699, false}};
+  const auto sequence_of = [&](size_t i) {
+    return CpuSequence{std::span(tokens).first(shapes[i].length), std::span(slots[i]).first(shapes[i].length),
+                       shapes[i].first_new, shapes[i].all, nullptr};
+  };
+  // The prefixes each sequence has before the batch, written by one pass each.
+  const auto prepared_pool = [&] {
+    auto l1 = m.pool(kSlots);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (shapes[i].first_new == 0) continue;
+      EXPECT_TRUE(cpu_forward(m.shape, m.weights, *l1, std::span(tokens).first(shapes[i].first_new),
+                              std::span(slots[i]).first(shapes[i].first_new), 0)
+                      .is_ok());
+    }
+    return l1;
+  };
+  // Every K and V row of the pool, layer by layer.
+  const auto contents = [&](DeviceKvPool& l1) {
+    std::vector<SlotId> every(kSlots);
+    for (size_t i = 0; i < every.size(); ++i) every[i] = static_cast<SlotId>(i);
+    std::vector<uint16_t> rows(every.size() * static_cast<size_t>(m.shape.num_kv_heads * m.shape.head_dim)), all;
+    for (int layer = 0; layer < m.shape.num_layers; ++layer)
+      for (KvPart part : {KvPart::kK, KvPart::kV}) {
+        EXPECT_TRUE(l1.read_rows(layer, part, every, rows.data()).is_ok());
+        all.insert(all.end(), rows.begin(), rows.end());
+      }
+    return all;
+  };
+
+  auto alone_pool = prepared_pool();
+  std::vector<std::vector<float>> alone;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const CpuSequence seq = sequence_of(i);
+    auto out = cpu_forward(m.shape, m.weights, *alone_pool, seq.tokens, seq.slots, seq.first_new, seq.all_logits);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    alone.push_back(std::move(*out));
+  }
+  const int before = parallel_threads();
+  for (int threads : {1, 3}) {
+    set_parallel_threads(threads);
+    auto l1 = prepared_pool();
+    const std::vector<CpuSequence> batch = {sequence_of(0), sequence_of(1), sequence_of(2)};
+    auto together = cpu_forward_batch(m.shape, m.weights, *l1, batch);
+    ASSERT_TRUE(together.is_ok()) << together.status().to_string();
+    ASSERT_EQ(together->size(), shapes.size());
+    for (size_t i = 0; i < shapes.size(); ++i)
+      EXPECT_TRUE((*together)[i] == alone[i]) << "sequence " << i << " on " << threads << " threads";
+    EXPECT_TRUE(contents(*l1) == contents(*alone_pool)) << threads << " threads";
+  }
+  set_parallel_threads(before);
+}
+
+TEST(CpuForward, ABatchWhoseSequencesWriteOneSlotIsRefused) {
+  TinyModel m;
+  const auto tokens = prompt(4);
+  const std::vector<SlotId> a = {0, 1, 2, 3}, b = {4, 5, 6, 3};
+  auto l1 = m.pool();
+  const std::vector<CpuSequence> batch = {{tokens, a, 0, false, nullptr}, {tokens, b, 0, false, nullptr}};
+  auto out = cpu_forward_batch(m.shape, m.weights, *l1, batch);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_NE(out.status().message().find("same L1 slot"), std::string::npos) << out.status().to_string();
 }
 
 TEST(CpuForward, ThePrefixIsReadFromL1) {

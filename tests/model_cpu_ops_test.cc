@@ -3,12 +3,14 @@
 // definitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <random>
 #include <vector>
 
 #include "codec/numeric.h"
+#include "core/parallel.h"
 #include "model/cpu_ops.h"
 #include "model/rope.h"
 
@@ -31,6 +33,13 @@ std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = numeric::float_to_bf16(v[i]);
   return out;
+}
+
+// Rounds every value to BF16 in place (K and V as L1 holds them), returning the bits.
+std::vector<uint16_t> round_to_bf16_bits(std::vector<float>& v) {
+  std::vector<uint16_t> bits = to_bf16(v);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = numeric::bf16_to_float(bits[i]);
+  return bits;
 }
 
 double max_relative_error(const std::vector<float>& got, const std::vector<double>& want) {
@@ -153,9 +162,11 @@ TEST(CpuOps, AttentionIsCausalGroupedAndMatchesADoubleReference) {
   auto q = random_floats(static_cast<size_t>(n_q * heads * dim), 9);
   auto k = random_floats(static_cast<size_t>(n_kv * kv_heads * dim), 10);
   auto v = random_floats(static_cast<size_t>(n_kv * kv_heads * dim), 11);
+  auto kb = round_to_bf16_bits(k);
+  const auto vb = round_to_bf16_bits(v);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   std::vector<float> out(q.size(), NAN);
-  cpu::attention(q.data(), n_q, k.data(), v.data(), n_kv, heads, kv_heads, dim, first, scale, out.data());
+  cpu::attention(q.data(), n_q, kb.data(), vb.data(), n_kv, heads, kv_heads, dim, first, scale, out.data());
   std::vector<double> want(out.size());
   for (int64_t t = 0; t < n_q; ++t)
     for (int h = 0; h < heads; ++h) {
@@ -180,10 +191,69 @@ TEST(CpuOps, AttentionIsCausalGroupedAndMatchesADoubleReference) {
     }
   EXPECT_LT(max_relative_error(out, want), 1e-5);
   // The future key and value change nothing.
-  for (int i = 0; i < kv_heads * dim; ++i) k[static_cast<size_t>(8 * kv_heads * dim + i)] = 1e6f;
+  for (int i = 0; i < kv_heads * dim; ++i) kb[static_cast<size_t>(8 * kv_heads * dim + i)] = numeric::float_to_bf16(1e6f);
   std::vector<float> again(out.size());
-  cpu::attention(q.data(), n_q, k.data(), v.data(), n_kv, heads, kv_heads, dim, first, scale, again.data());
+  cpu::attention(q.data(), n_q, kb.data(), vb.data(), n_kv, heads, kv_heads, dim, first, scale, again.data());
   EXPECT_EQ(again, out);
+}
+
+// Rows longer than a key block (cpu_ops.h) merge their blocks' softmaxes: a
+// query alone (a decode step, whose blocks run side by side) gives the bits it
+// gets in a prefill of every query (where one thread runs a row's blocks in
+// turn), on any number of threads, and both stay within float rounding of
+// the double-precision definition.
+TEST(CpuOps, LongRowsAreTheSameBitsAloneOrInAPrefillOnAnyThreads) {
+  const int heads = 4, kv_heads = 2, dim = 24;
+  const int64_t n = 3 * cpu::kAttentionKeyBlock + 77;
+  const auto q = random_floats(static_cast<size_t>(n * heads * dim), 21);
+  auto k = random_floats(static_cast<size_t>(n * kv_heads * dim), 22);
+  auto v = random_floats(static_cast<size_t>(n * kv_heads * dim), 23);
+  const auto kb = round_to_bf16_bits(k), vb = round_to_bf16_bits(v);
+  const float scale = 0.5f;
+  const int64_t row = int64_t{heads} * dim;
+  const int before = parallel_threads();
+  std::vector<float> prefill(q.size());
+  set_parallel_threads(1);
+  cpu::attention(q.data(), n, kb.data(), vb.data(), n, heads, kv_heads, dim, 0, scale, prefill.data());
+  for (int threads : {1, 2, 3}) {
+    set_parallel_threads(threads);
+    std::vector<float> again(q.size());
+    cpu::attention(q.data(), n, kb.data(), vb.data(), n, heads, kv_heads, dim, 0, scale, again.data());
+    EXPECT_EQ(again, prefill) << threads << " threads";
+    for (int64_t t : {int64_t{0}, cpu::kAttentionKeyBlock - 1, cpu::kAttentionKeyBlock, 2 * cpu::kAttentionKeyBlock + 5,
+                      n - 1}) {
+      std::vector<float> alone(static_cast<size_t>(row));
+      cpu::attention(q.data() + t * row, 1, kb.data(), vb.data(), t + 1, heads, kv_heads, dim, t, scale, alone.data());
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), prefill.begin() + t * row))
+          << "query " << t << " on " << threads << " threads";
+    }
+  }
+  set_parallel_threads(before);
+
+  // The last query, which sees every block, against double precision.
+  const int64_t t = n - 1;
+  std::vector<double> want(static_cast<size_t>(row));
+  for (int h = 0; h < heads; ++h) {
+    const int kvh = h / (heads / kv_heads);
+    std::vector<double> p(static_cast<size_t>(n));
+    double max_s = -1e300, total = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int d = 0; d < dim; ++d)
+        s += static_cast<double>(q[static_cast<size_t>((t * heads + h) * dim + d)]) *
+             k[static_cast<size_t>((j * kv_heads + kvh) * dim + d)];
+      p[static_cast<size_t>(j)] = s * scale;
+      max_s = std::max(max_s, s * scale);
+    }
+    for (double& s : p) total += (s = std::exp(s - max_s));
+    for (int d = 0; d < dim; ++d) {
+      double o = 0;
+      for (int64_t j = 0; j < n; ++j) o += p[static_cast<size_t>(j)] / total * v[static_cast<size_t>((j * kv_heads + kvh) * dim + d)];
+      want[static_cast<size_t>(h * dim + d)] = o;
+    }
+  }
+  const std::vector<float> last(prefill.begin() + t * row, prefill.end());
+  EXPECT_LT(max_relative_error(last, want), 1e-5);
 }
 
 TEST(Rope, Llama3ScalingKeepsHighFrequenciesAndDividesLowOnes) {

@@ -67,9 +67,13 @@ class Pool {
     }
     wake_.notify_all();
     job.run();
+    // The workers still on a range finish within microseconds, sooner than a
+    // sleeping thread is woken: watch for them for a while, then sleep.
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    while (busy_.load() != 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
     std::unique_lock lock(mutex_);
     // A worker that wakes after this finds no job; one that took it is waited for.
-    idle_.wait(lock, [&] { return busy_ == 0; });
+    idle_.wait(lock, [&] { return busy_.load() == 0; });
     job_ = nullptr;
   }
 
@@ -124,7 +128,7 @@ class Pool {
   Job* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};  // written under mutex_; read without it while spinning
   static constexpr std::chrono::microseconds kSpin{200};
-  int busy_ = 0;
+  std::atomic<int> busy_{0};  // workers on the job: written under mutex_; read without it while spinning
   bool stopping_ = false;
 };
 

@@ -21,30 +21,44 @@ double CpuModelRunner::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-Result<std::vector<float>> CpuModelRunner::logits(const ForwardItem& item, const BeforeAttention& before_attention) {
-  if (tp_ != nullptr)
-    return tp_->forward(pools_, item.tokens, item.slots, item.first_new, /*all_logits=*/item.prompt_logprobs,
-                        before_attention);
-  return cpu_forward(shape_, *weights_, *pools_.front(), item.tokens, item.slots, item.first_new,
-                     /*all_logits=*/item.prompt_logprobs, before_attention);
-}
-
 Result<std::vector<ForwardResult>> CpuModelRunner::forward(std::span<const ForwardItem> batch) {
-  std::vector<ForwardResult> results;
-  results.reserve(batch.size());
-  const auto vocab = static_cast<size_t>(shape_.vocab_size);
   for (const ForwardItem& item : batch) {
     if (item.load && !engine_) return failed_precondition("forward: a restore without a transfer engine");
     if (item.prompt_logprobs && item.first_new != 0)
       return failed_precondition("forward: prompt log-probabilities need the whole prompt computed");
-    // Under tensor parallelism every rank calls this from its own thread;
-    // wait_layer is safe to call concurrently.
-    const BeforeAttention wait_for_restore = [&](int layer) -> Status {
-      return item.load ? engine_->wait_layer(*item.load, layer) : Status::ok();
-    };
-    HIQ_ASSIGN_OR_RETURN(std::vector<float> logits, this->logits(item, wait_for_restore));
+  }
+  // Each item's layers wait for its restore, if it has one. Under tensor
+  // parallelism every rank calls this from its own thread; wait_layer is safe
+  // to call concurrently.
+  const auto wait_for_restore = [&](const ForwardItem& item) -> BeforeAttention {
+    if (!item.load) return nullptr;
+    return [this, &item](int layer) { return engine_->wait_layer(*item.load, layer); };
+  };
+  std::vector<std::vector<float>> logits;
+  if (tp_ != nullptr) {
+    for (const ForwardItem& item : batch) {
+      HIQ_ASSIGN_OR_RETURN(std::vector<float> one,
+                           tp_->forward(pools_, item.tokens, item.slots, item.first_new,
+                                        /*all_logits=*/item.prompt_logprobs, wait_for_restore(item)));
+      logits.push_back(std::move(one));
+    }
+  } else {
+    // One pass for the batch: its tokens share the matrix products.
+    std::vector<CpuSequence> sequences;
+    sequences.reserve(batch.size());
+    for (const ForwardItem& item : batch)
+      sequences.push_back(CpuSequence{item.tokens, item.slots, item.first_new, /*all_logits=*/item.prompt_logprobs,
+                                      wait_for_restore(item)});
+    HIQ_ASSIGN_OR_RETURN(logits, cpu_forward_batch(shape_, *weights_, *pools_.front(), sequences));
+  }
+
+  std::vector<ForwardResult> results;
+  results.reserve(batch.size());
+  const auto vocab = static_cast<size_t>(shape_.vocab_size);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const ForwardItem& item = batch[b];
     // With all_logits, row i holds the logits after tokens[first_new + i].
-    const std::span<const float> rows(logits);
+    const std::span<const float> rows(logits[b]);
     const std::span<const float> last = rows.last(vocab);
     ForwardResult r;
     r.next = item.sampling != nullptr ? sample_token(last, *item.sampling, *item.rng) : argmax_token(last);

@@ -1,10 +1,11 @@
 // engine/cpu_model_runner.h — the real model behind the scheduler, on the CPU.
 //
-// Runs each item of a batch through cpu_forward: the prefix is read from its L1
-// slots — restored from L2 where the item has a load ticket, each layer only
-// once the transfer engine reports that layer done — and the new tokens' KV is
-// written into their slots. The next token is greedy (argmax of the logits)
-// or sampled as the item asks.
+// Runs a batch as one cpu_forward_batch pass (its tokens share the matrix
+// products; each item gets the logits it would get alone): an item's prefix
+// is read from its L1 slots — restored from L2 where the item has a load
+// ticket, each layer only once the transfer engine reports that layer done —
+// and its new tokens' KV is written into their slots. The next token is greedy
+// (argmax of the logits) or sampled as the item asks.
 //
 // Under tensor parallelism (--tp-size N) the pass is CpuTpModel's over N rank
 // pools, one per rank, addressed by the same slots: the scheduler and the
@@ -12,7 +13,7 @@
 // slot on every rank. A restore's layer is ready once every rank's part is
 // (the transfer engine over the ranks), and each rank waits for it before its
 // own attention. A rank that fails fails the pass, so the batch's requests.
-// Its clock is the wall clock.
+// Tensor-parallel passes run one item at a time. Its clock is the wall clock.
 #pragma once
 
 #include <chrono>
@@ -41,9 +42,6 @@ class CpuModelRunner final : public ModelRunner {
   void advance_to(double) override {}  // the wall clock cannot be moved
 
  private:
-  // The logits of one item: cpu_forward's, or the tensor-parallel pass's.
-  Result<std::vector<float>> logits(const ForwardItem& item, const BeforeAttention& before_attention);
-
   const ModelShape& shape_;
   const CpuModelWeights* weights_ = nullptr;  // one rank
   const CpuTpModel* tp_ = nullptr;            // tensor parallelism

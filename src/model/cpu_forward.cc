@@ -1,5 +1,6 @@
 #include "model/cpu_forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -83,101 +84,179 @@ Status check_sequence(const ModelShape& s, const DeviceKvPool& l1, std::span<con
   return Status::ok();
 }
 
+namespace {
+
+// Where a sequence's new tokens sit in the batch's rows.
+struct SequenceRows {
+  int64_t first_row = 0, rows = 0;  // new tokens, in the batch's activations
+  int64_t first_out = 0;            // the first row it wants logits of, within its own rows
+};
+
+// Every sequence of `batch` through the layers, their new tokens sharing the
+// products; the logits of each (none without `want_logits`).
+Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const CpuModelWeights& w, DeviceKvPool& l1,
+                                                      std::span<const CpuSequence> batch,
+                                                      const RankAllReduce& all_reduce, bool want_logits) {
+  std::vector<SequenceRows> at(batch.size());
+  int64_t total = 0, total_out = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const CpuSequence& seq = batch[i];
+    HIQ_RETURN_IF_ERROR(check_sequence(s, l1, seq.tokens, seq.slots, seq.first_new));
+    const auto n_new = static_cast<int64_t>(seq.tokens.size() - seq.first_new);
+    at[i] = SequenceRows{total, n_new, seq.all_logits ? 0 : n_new - 1};
+    total += n_new;
+    total_out += n_new - at[i].first_out;
+  }
+  // Each new token's slot is written once: two sequences writing one slot
+  // would leave it to their order which KV the other reads.
+  std::vector<SlotId> written;
+  written.reserve(static_cast<size_t>(total));
+  for (const CpuSequence& seq : batch)
+    written.insert(written.end(), seq.slots.begin() + static_cast<std::ptrdiff_t>(seq.first_new), seq.slots.end());
+  std::sort(written.begin(), written.end());
+  if (std::adjacent_find(written.begin(), written.end()) != written.end())
+    return invalid_argument("forward: two sequences of a batch write the same L1 slot");
+
+  const int64_t hidden = s.hidden_size, q_out = int64_t{s.num_heads} * s.head_dim,
+                kv_out = int64_t{s.num_kv_heads} * s.head_dim, inter = s.intermediate_size;
+  const cpu::VectorView no_bias;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+
+  // The residual stream of the new tokens: their embedding rows.
+  std::vector<float> h(static_cast<size_t>(total * hidden));
+  for (size_t i = 0; i < batch.size(); ++i)
+    for (int64_t t = 0; t < at[i].rows; ++t)
+      cpu::read_row(w.embed_tokens, batch[i].tokens[batch[i].first_new + static_cast<size_t>(t)],
+                    h.data() + (at[i].first_row + t) * hidden);
+
+  std::vector<float> x(h.size()), q(static_cast<size_t>(total * q_out)), k(static_cast<size_t>(total * kv_out)),
+      v(k.size()), attn(q.size()), o(h.size()), gate(static_cast<size_t>(total * inter)), up(gate.size());
+  // A pool the CPU cannot read directly gives each sequence's context K and
+  // V back into these (its rows in context order).
+  std::vector<std::vector<uint16_t>> copied(l1.host_accessible() ? 0 : 2 * batch.size());
+  std::vector<uint16_t> rows;
+  std::vector<cpu::AttentionSequence> attention(batch.size());
+
+  for (int layer = 0; layer < s.num_layers; ++layer) {
+    const LayerWeights& l = w.layers[static_cast<size_t>(layer)];
+    cpu::rms_norm(h.data(), total, hidden, l.input_norm, s.rms_norm_eps, x.data(), true);
+    store(x);
+    cpu::matmul(x.data(), total, l.q_proj, l.q_bias, q.data());
+    cpu::matmul(x.data(), total, l.k_proj, l.k_bias, k.data());
+    cpu::matmul(x.data(), total, l.v_proj, l.v_bias, v.data());
+    store(q), store(k), store(v);
+    if (s.qk_norm) {
+      cpu::rms_norm(q.data(), total * s.num_heads, s.head_dim, l.q_norm, s.rms_norm_eps, q.data(), true);
+      cpu::rms_norm(k.data(), total * s.num_kv_heads, s.head_dim, l.k_norm, s.rms_norm_eps, k.data(), true);
+      store(q), store(k);
+    }
+    for (size_t i = 0; i < batch.size(); ++i)
+      for (int64_t t = 0; t < at[i].rows; ++t) {
+        const auto position = static_cast<int64_t>(batch[i].first_new) + t;
+        const int64_t row = at[i].first_row + t;
+        cpu::apply_rope(q.data() + row * q_out, s.num_heads, s.head_dim, position, s.rope);
+        cpu::apply_rope(k.data() + row * kv_out, s.num_kv_heads, s.head_dim, position, s.rope);
+      }
+    store(q), store(k);
+
+    // Each sequence's new K and V into their L1 slots; attention then reads
+    // its whole context from L1 (once the caller says this layer of its
+    // prefix is there), in place where the pool is host memory.
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const CpuSequence& seq = batch[i];
+      if (seq.before_attention) HIQ_RETURN_IF_ERROR(seq.before_attention(layer));
+      const std::span<const SlotId> new_slots = seq.slots.subspan(seq.first_new);
+      const size_t first = static_cast<size_t>(at[i].first_row * kv_out);
+      rows.resize(new_slots.size() * static_cast<size_t>(kv_out));
+      for (int p = 0; p < 2; ++p) {
+        const std::vector<float>& src = p == 0 ? k : v;
+        for (size_t e = 0; e < rows.size(); ++e) rows[e] = numeric::float_to_bf16(src[first + e]);
+        HIQ_RETURN_IF_ERROR(l1.write_rows(layer, static_cast<KvPart>(p), new_slots, rows.data()));
+      }
+      cpu::AttentionSequence& a = attention[i];
+      a = cpu::AttentionSequence{q.data() + at[i].first_row * q_out, at[i].rows, nullptr, nullptr, nullptr,
+                                 static_cast<int64_t>(seq.tokens.size()), static_cast<int64_t>(seq.first_new),
+                                 attn.data() + at[i].first_row * q_out};
+      if (l1.host_accessible()) {
+        a.k = l1.plane(layer, KvPart::kK);
+        a.v = l1.plane(layer, KvPart::kV);
+        a.slots = seq.slots.data();
+        continue;
+      }
+      for (int p = 0; p < 2; ++p) {
+        std::vector<uint16_t>& context = copied[2 * i + static_cast<size_t>(p)];
+        context.resize(seq.tokens.size() * static_cast<size_t>(kv_out));
+        HIQ_RETURN_IF_ERROR(l1.read_rows(layer, static_cast<KvPart>(p), seq.slots, context.data()));
+        (p == 0 ? a.k : a.v) = context.data();
+      }
+    }
+    cpu::attention(attention, s.num_heads, s.num_kv_heads, s.head_dim, scale);
+    store(attn);
+    // One rank's o_proj sees its heads alone: a partial sum, the bias added to the whole.
+    cpu::matmul(attn.data(), total, l.o_proj, all_reduce ? no_bias : l.o_bias, o.data());
+    store(o);
+    if (all_reduce) HIQ_RETURN_IF_ERROR(all_reduce(o, l.o_bias));
+    for (size_t e = 0; e < h.size(); ++e) h[e] += o[e];
+    store(h);
+
+    cpu::rms_norm(h.data(), total, hidden, l.post_attention_norm, s.rms_norm_eps, x.data(), true);
+    store(x);
+    cpu::matmul(x.data(), total, l.gate_proj, no_bias, gate.data());
+    cpu::matmul(x.data(), total, l.up_proj, no_bias, up.data());
+    store(gate), store(up);
+    cpu::silu_mul(gate.data(), up.data(), gate.size(), gate.data());
+    store(gate);
+    cpu::matmul(gate.data(), total, l.down_proj, no_bias, o.data());
+    store(o);
+    if (all_reduce) HIQ_RETURN_IF_ERROR(all_reduce(o, no_bias));
+    for (size_t e = 0; e < h.size(); ++e) h[e] += o[e];
+    store(h);
+  }
+  std::vector<std::vector<float>> logits(batch.size());
+  if (!want_logits) return logits;
+
+  // The rows each sequence wants logits of, gathered for one LM head product.
+  std::vector<float> normed(static_cast<size_t>(total_out * hidden));
+  int64_t out_row = 0;
+  for (const SequenceRows& r : at) {
+    const int64_t n = r.rows - r.first_out;
+    cpu::rms_norm(h.data() + (r.first_row + r.first_out) * hidden, n, hidden, w.final_norm, s.rms_norm_eps,
+                  normed.data() + out_row * hidden, true);
+    out_row += n;
+  }
+  store(normed);
+  std::vector<float> all(static_cast<size_t>(total_out * s.vocab_size));
+  cpu::matmul(normed.data(), total_out, w.lm_head, no_bias, all.data());
+  out_row = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t n = at[i].rows - at[i].first_out;
+    logits[i].assign(all.begin() + out_row * s.vocab_size, all.begin() + (out_row + n) * s.vocab_size);
+    out_row += n;
+  }
+  return logits;
+}
+
+}  // namespace
+
 Result<std::vector<float>> cpu_forward(const ModelShape& s, const CpuModelWeights& w, DeviceKvPool& l1,
                                        std::span<const int32_t> tokens, std::span<const SlotId> slots,
                                        size_t first_new, bool all_logits, const BeforeAttention& before_attention) {
   return cpu_forward_rank(s, w, l1, tokens, slots, first_new, all_logits, before_attention, nullptr, true);
 }
 
+Result<std::vector<std::vector<float>>> cpu_forward_batch(const ModelShape& s, const CpuModelWeights& w,
+                                                          DeviceKvPool& l1, std::span<const CpuSequence> batch) {
+  return forward_batch(s, w, l1, batch, nullptr, true);
+}
+
 Result<std::vector<float>> cpu_forward_rank(const ModelShape& s, const CpuModelWeights& w, DeviceKvPool& l1,
                                             std::span<const int32_t> tokens, std::span<const SlotId> slots,
                                             size_t first_new, bool all_logits, const BeforeAttention& before_attention,
                                             const RankAllReduce& all_reduce, bool want_logits) {
-  HIQ_RETURN_IF_ERROR(check_sequence(s, l1, tokens, slots, first_new));
-  const size_t n = tokens.size();
-
-  const auto n_new = static_cast<int64_t>(n - first_new);
-  const int64_t hidden = s.hidden_size, q_out = int64_t{s.num_heads} * s.head_dim,
-                kv_out = int64_t{s.num_kv_heads} * s.head_dim, inter = s.intermediate_size;
-  const std::span<const SlotId> new_slots = slots.subspan(first_new);
-  const cpu::VectorView no_bias;
-
-  // The residual stream of the new tokens: their embedding rows.
-  std::vector<float> h(static_cast<size_t>(n_new * hidden));
-  for (int64_t t = 0; t < n_new; ++t)
-    cpu::read_row(w.embed_tokens, tokens[first_new + static_cast<size_t>(t)], h.data() + t * hidden);
-
-  std::vector<float> x(h.size()), q(static_cast<size_t>(n_new * q_out)), k(static_cast<size_t>(n_new * kv_out)),
-      v(k.size()), attn(q.size()), o(h.size()), gate(static_cast<size_t>(n_new * inter)), up(gate.size());
-  std::vector<uint16_t> rows(static_cast<size_t>(std::max<int64_t>(n_new, static_cast<int64_t>(n)) * kv_out));
-  std::vector<float> keys(static_cast<size_t>(static_cast<int64_t>(n) * kv_out)), values(keys.size());
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-
-  for (int layer = 0; layer < s.num_layers; ++layer) {
-    const LayerWeights& l = w.layers[static_cast<size_t>(layer)];
-    cpu::rms_norm(h.data(), n_new, hidden, l.input_norm, s.rms_norm_eps, x.data(), true);
-    store(x);
-    cpu::matmul(x.data(), n_new, l.q_proj, l.q_bias, q.data());
-    cpu::matmul(x.data(), n_new, l.k_proj, l.k_bias, k.data());
-    cpu::matmul(x.data(), n_new, l.v_proj, l.v_bias, v.data());
-    store(q), store(k), store(v);
-    if (s.qk_norm) {
-      cpu::rms_norm(q.data(), n_new * s.num_heads, s.head_dim, l.q_norm, s.rms_norm_eps, q.data(), true);
-      cpu::rms_norm(k.data(), n_new * s.num_kv_heads, s.head_dim, l.k_norm, s.rms_norm_eps, k.data(), true);
-      store(q), store(k);
-    }
-    for (int64_t t = 0; t < n_new; ++t) {
-      const auto position = static_cast<int64_t>(first_new) + t;
-      cpu::apply_rope(q.data() + t * q_out, s.num_heads, s.head_dim, position, s.rope);
-      cpu::apply_rope(k.data() + t * kv_out, s.num_kv_heads, s.head_dim, position, s.rope);
-    }
-    store(q), store(k);
-
-    // New K and V into their L1 slots, then the whole context back from L1
-    // (once the caller says this layer of the prefix is there).
-    if (before_attention) HIQ_RETURN_IF_ERROR(before_attention(layer));
-    for (int p = 0; p < 2; ++p) {
-      const std::vector<float>& src = p == 0 ? k : v;
-      for (size_t i = 0; i < src.size(); ++i) rows[i] = numeric::float_to_bf16(src[i]);
-      HIQ_RETURN_IF_ERROR(l1.write_rows(layer, static_cast<KvPart>(p), new_slots, rows.data()));
-    }
-    for (int p = 0; p < 2; ++p) {
-      HIQ_RETURN_IF_ERROR(l1.read_rows(layer, static_cast<KvPart>(p), slots, rows.data()));
-      std::vector<float>& dst = p == 0 ? keys : values;
-      for (size_t i = 0; i < dst.size(); ++i) dst[i] = numeric::bf16_to_float(rows[i]);
-    }
-    cpu::attention(q.data(), n_new, keys.data(), values.data(), static_cast<int64_t>(n), s.num_heads, s.num_kv_heads,
-                   s.head_dim, static_cast<int64_t>(first_new), scale, attn.data());
-    store(attn);
-    // One rank's o_proj sees its heads alone: a partial sum, the bias added to the whole.
-    cpu::matmul(attn.data(), n_new, l.o_proj, all_reduce ? no_bias : l.o_bias, o.data());
-    store(o);
-    if (all_reduce) HIQ_RETURN_IF_ERROR(all_reduce(o, l.o_bias));
-    for (size_t i = 0; i < h.size(); ++i) h[i] += o[i];
-    store(h);
-
-    cpu::rms_norm(h.data(), n_new, hidden, l.post_attention_norm, s.rms_norm_eps, x.data(), true);
-    store(x);
-    cpu::matmul(x.data(), n_new, l.gate_proj, no_bias, gate.data());
-    cpu::matmul(x.data(), n_new, l.up_proj, no_bias, up.data());
-    store(gate), store(up);
-    cpu::silu_mul(gate.data(), up.data(), gate.size(), gate.data());
-    store(gate);
-    cpu::matmul(gate.data(), n_new, l.down_proj, no_bias, o.data());
-    store(o);
-    if (all_reduce) HIQ_RETURN_IF_ERROR(all_reduce(o, no_bias));
-    for (size_t i = 0; i < h.size(); ++i) h[i] += o[i];
-    store(h);
-  }
-  if (!want_logits) return std::vector<float>{};
-
-  const int64_t first_out = all_logits ? 0 : n_new - 1, outputs = n_new - first_out;
-  cpu::rms_norm(h.data() + first_out * hidden, outputs, hidden, w.final_norm, s.rms_norm_eps, x.data(), true);
-  std::vector<float> normed(x.begin(), x.begin() + outputs * hidden);
-  store(normed);
-  std::vector<float> logits(static_cast<size_t>(outputs * s.vocab_size));
-  cpu::matmul(normed.data(), outputs, w.lm_head, no_bias, logits.data());
-  return logits;
+  const CpuSequence one{tokens, slots, first_new, all_logits, before_attention};
+  HIQ_ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits,
+                       forward_batch(s, w, l1, std::span(&one, 1), all_reduce, want_logits));
+  return want_logits ? std::move(logits.front()) : std::vector<float>{};
 }
 
 }  // namespace hiq

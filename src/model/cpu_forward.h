@@ -84,6 +84,26 @@ Result<std::vector<float>> cpu_forward(const ModelShape& shape, const CpuModelWe
                                        size_t first_new, bool all_logits = false,
                                        const BeforeAttention& before_attention = nullptr);
 
+// One sequence of a batched pass: cpu_forward's arguments.
+struct CpuSequence {
+  std::span<const int32_t> tokens;
+  std::span<const SlotId> slots;
+  size_t first_new = 0;
+  bool all_logits = false;
+  BeforeAttention before_attention;  // null: nothing to wait for
+};
+
+// Every sequence of `batch` in one pass: their new tokens share each matrix
+// product (one pass over the weights for the batch), and each attends to its
+// own context. A sequence's logits are the bits cpu_forward gives it alone
+// (each value of a token's row is computed the same way in any batch:
+// cpu_kernels.h). Within a layer the sequences write and read L1 in batch
+// order, as one cpu_forward after another would. Errors: cpu_forward's, for
+// any sequence (the pass stops at the first), and two sequences writing one
+// L1 slot.
+Result<std::vector<std::vector<float>>> cpu_forward_batch(const ModelShape& shape, const CpuModelWeights& weights,
+                                                          DeviceKvPool& l1, std::span<const CpuSequence> batch);
+
 // Turns a tensor-parallel rank's output of o_proj or down_proj — a partial
 // sum over its heads or MLP columns, rounded to BF16 — into the whole sum,
 // `bias` (whole; absent for down_proj) added once, rounded to BF16, in place.

@@ -1,59 +1,25 @@
 #include "model/cpu_ops.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <vector>
 
 #include "codec/numeric.h"
 #include "core/check.h"
 #include "core/parallel.h"
+#include "model/cpu_kernels.h"
 
 namespace hiq::cpu {
 namespace {
-
-// IEEE half to float, exactly (subnormals, ±Inf and NaN included).
-float f16_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
-  if (exponent == 0) {
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -magnitude : magnitude;
-  }
-  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
-  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-}
 
 // Element i of a weight array, widened to float.
 float load(WeightType type, const void* data, int64_t i) {
   switch (type) {
     case WeightType::kBf16: return numeric::bf16_to_float(static_cast<const uint16_t*>(data)[i]);
-    case WeightType::kF16: return f16_to_float(static_cast<const uint16_t*>(data)[i]);
+    case WeightType::kF16: return kernels::f16_to_float(static_cast<const uint16_t*>(data)[i]);
     case WeightType::kF32: return static_cast<const float*>(data)[i];
   }
   return 0.0f;
-}
-
-// One row of a weight matrix, widened into `out` (the one dtype switch of a matmul).
-void widen_row(const MatrixView& w, int64_t row, float* out) {
-  const int64_t n = w.cols, first = row * w.cols;
-  switch (w.type) {
-    case WeightType::kBf16: {
-      const auto* p = static_cast<const uint16_t*>(w.data) + first;
-      for (int64_t i = 0; i < n; ++i) out[i] = numeric::bf16_to_float(p[i]);
-      return;
-    }
-    case WeightType::kF16: {
-      const auto* p = static_cast<const uint16_t*>(w.data) + first;
-      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_float(p[i]);
-      return;
-    }
-    case WeightType::kF32: {
-      const auto* p = static_cast<const float*>(w.data) + first;
-      std::copy(p, p + n, out);
-      return;
-    }
-  }
 }
 
 // Multiply-adds a thread's share of a loop should have at least, so that
@@ -66,31 +32,24 @@ constexpr int64_t kParallelElements = int64_t{1} << 15;
 
 void read_row(const MatrixView& w, int64_t row, float* out) {
   HIQ_CHECK(row >= 0 && row < w.rows);
-  widen_row(w, row, out);
+  for (int64_t i = 0; i < w.cols; ++i) out[i] = load(w.type, w.data, row * w.cols + i);
 }
 
 void matmul(const float* x, int64_t m, const MatrixView& w, const VectorView& bias, float* y) {
   HIQ_CHECK(w.data != nullptr && w.rows > 0 && w.cols > 0);
   HIQ_CHECK(bias.data == nullptr || bias.size == w.rows);
+  // The bias widened once (the kernels add it in float).
+  std::vector<float> b;
+  if (bias.data != nullptr) {
+    b.resize(static_cast<size_t>(w.rows));
+    for (int64_t j = 0; j < w.rows; ++j) b[static_cast<size_t>(j)] = load(bias.type, bias.data, j);
+  }
   // Output features split across threads; each is computed the same way
-  // whichever thread runs it, so the result does not depend on the split.
+  // whichever thread runs it (cpu_kernels.h), so the result does not depend
+  // on the split.
+  const kernels::Table& k = kernels::best_table();
   parallel_for(w.rows, kParallelWork / (w.cols * m) + 1, [&](int64_t first, int64_t last) {
-    std::vector<float> row(static_cast<size_t>(w.cols));
-    // Weight row outermost: each row is widened once and used by every token.
-    for (int64_t j = first; j < last; ++j) {
-      widen_row(w, j, row.data());
-      const float b = bias.data ? load(bias.type, bias.data, j) : 0.0f;
-      for (int64_t t = 0; t < m; ++t) {
-        const float* xt = x + t * w.cols;
-        // Four partial sums: independent chains the compiler can vectorise.
-        float s[4] = {0, 0, 0, 0};
-        int64_t i = 0;
-        for (; i + 4 <= w.cols; i += 4)
-          for (int k = 0; k < 4; ++k) s[k] += xt[i + k] * row[static_cast<size_t>(i + k)];
-        for (; i < w.cols; ++i) s[0] += xt[i] * row[static_cast<size_t>(i)];
-        y[t * w.rows + j] = (s[0] + s[1]) + (s[2] + s[3]) + b;
-      }
-    }
+    k.matmul_rows(x, m, w, first, last, b.empty() ? nullptr : b.data(), y);
   });
 }
 
@@ -142,40 +101,136 @@ void apply_rope(float* x, int heads, int head_dim, int64_t position, const RopeT
   }
 }
 
-void attention(const float* q, int64_t n_q, const float* k, const float* v, int64_t n_kv, int heads, int kv_heads,
-               int head_dim, int64_t first_position, float scale, float* out) {
+namespace {
+
+// One block of a row's keys (cpu_ops.h): its max and sum, and o_b in `o`.
+struct KeyBlock {
+  float max = 0, sum = 0;
+};
+
+// The attention of one (query, head) row over keys [begin, end): e in
+// `scores` (end − begin floats), o_b in `o` (head_dim floats).
+KeyBlock attend_block(const kernels::Table& kern, const float* q, const kernels::Bf16Rows& k,
+                      const kernels::Bf16Rows& v, int head_dim, int64_t begin, int64_t end, float scale,
+                      float* scores, float* o) {
+  const int64_t n = end - begin;
+  kern.dots(q, k, begin, n, head_dim, scores);
+  KeyBlock b;
+  b.max = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] *= scale;
+    b.max = std::max(b.max, scores[j]);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - b.max);
+    b.sum += scores[j];
+  }
+  kern.weighted_sum(scores, v, begin, n, head_dim, o);
+  return b;
+}
+
+// Merges block b (after the first) into a row's running state (cpu_ops.h).
+void merge_block(KeyBlock& state, float* out, const KeyBlock& b, const float* o, int head_dim) {
+  const float merged = std::max(state.max, b.max);
+  const float alpha = std::exp(state.max - merged), beta = std::exp(b.max - merged);
+  state.max = merged;
+  state.sum = state.sum * alpha + b.sum * beta;
+  for (int d = 0; d < head_dim; ++d) out[d] = out[d] * alpha + o[d] * beta;
+}
+
+void normalize_row(const KeyBlock& state, float* out, int head_dim) {
+  for (int d = 0; d < head_dim; ++d) out[d] /= state.sum;
+}
+
+}  // namespace
+
+void attention(const float* q, int64_t n_q, const uint16_t* k, const uint16_t* v, int64_t n_kv, int heads,
+               int kv_heads, int head_dim, int64_t first_position, float scale, float* out) {
+  const AttentionSequence one{q, n_q, k, v, nullptr, n_kv, first_position, out};
+  attention(std::span(&one, 1), heads, kv_heads, head_dim, scale);
+}
+
+void attention(std::span<const AttentionSequence> sequences, int heads, int kv_heads, int head_dim, float scale) {
   HIQ_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0);
-  HIQ_CHECK(n_kv >= first_position + n_q);
   const int group = heads / kv_heads;
-  // (query, head) pairs split across threads, each computed whole by one.
-  parallel_for(n_q * heads, 4 * kParallelWork / (n_kv * head_dim) + 1, [&](int64_t first, int64_t last) {
-    std::vector<float> scores(static_cast<size_t>(n_kv));
-    for (int64_t pair = first; pair < last; ++pair) {
-      const int64_t t = pair / heads;
-      const auto h = static_cast<int>(pair % heads);
-      const int64_t visible = first_position + t + 1;  // causal: keys at positions ≤ the query's
-      const float* qh = q + (t * heads + h) * head_dim;
-      const int kvh = h / group;
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < visible; ++j) {
-        const float* kj = k + (j * kv_heads + kvh) * head_dim;
-        float dot = 0;
-        for (int d = 0; d < head_dim; ++d) dot += qh[d] * kj[d];
-        scores[static_cast<size_t>(j)] = dot * scale;
-        max_score = std::max(max_score, scores[static_cast<size_t>(j)]);
+  const int64_t stride = int64_t{kv_heads} * head_dim;  // elements from one token's row to the next
+  // Rows (query, head) of every sequence, numbered across the batch:
+  // sequence i's start at first_row[i].
+  std::vector<int64_t> first_row(sequences.size() + 1, 0);
+  int64_t most_blocks = 1;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const AttentionSequence& seq = sequences[i];
+    HIQ_CHECK(seq.n_q >= 0 && seq.n_kv >= seq.first_position + seq.n_q);
+    first_row[i + 1] = first_row[i] + seq.n_q * heads;
+    most_blocks = std::max(most_blocks, (seq.first_position + seq.n_q + kAttentionKeyBlock - 1) / kAttentionKeyBlock);
+  }
+  const int64_t rows = first_row.back();
+  if (rows == 0) return;
+  const kernels::Table& kern = kernels::best_table();
+  // Row r: its q, K and V, its visible keys (causal: positions ≤ the query's), its output.
+  struct Row {
+    const float* q;
+    kernels::Bf16Rows k, v;
+    int64_t visible;
+    float* out;
+  };
+  const auto row_of = [&](int64_t r) {
+    const auto i = static_cast<size_t>(std::upper_bound(first_row.begin(), first_row.end(), r) - first_row.begin() - 1);
+    const AttentionSequence& seq = sequences[i];
+    const int64_t t = (r - first_row[i]) / heads;
+    const auto h = static_cast<int>((r - first_row[i]) % heads);
+    const int64_t kv_offset = int64_t{h / group} * head_dim;
+    return Row{seq.q + (t * heads + h) * head_dim, kernels::Bf16Rows{seq.k + kv_offset, seq.slots, stride},
+               kernels::Bf16Rows{seq.v + kv_offset, seq.slots, stride}, seq.first_position + t + 1,
+               seq.out + (t * heads + h) * head_dim};
+  };
+  const auto block_end = [&](const Row& row, int64_t b) { return std::min(row.visible, (b + 1) * kAttentionKeyBlock); };
+  const int64_t block_work = kAttentionKeyBlock * head_dim * 2;  // multiply-adds of a whole block
+
+  if (rows >= 2 * int64_t{parallel_threads()} || most_blocks == 1) {
+    // Rows split across threads, each row's blocks run in order by one.
+    parallel_for(rows, kParallelWork / (most_blocks * block_work) + 1, [&](int64_t first, int64_t last) {
+      std::vector<float> scores(static_cast<size_t>(kAttentionKeyBlock)), o(static_cast<size_t>(head_dim));
+      for (int64_t r = first; r < last; ++r) {
+        const Row row = row_of(r);
+        KeyBlock state =
+            attend_block(kern, row.q, row.k, row.v, head_dim, 0, block_end(row, 0), scale, scores.data(), row.out);
+        for (int64_t b = 1; b * kAttentionKeyBlock < row.visible; ++b) {
+          const KeyBlock next = attend_block(kern, row.q, row.k, row.v, head_dim, b * kAttentionKeyBlock,
+                                             block_end(row, b), scale, scores.data(), o.data());
+          merge_block(state, row.out, next, o.data(), head_dim);
+        }
+        normalize_row(state, row.out, head_dim);
       }
-      float total = 0;
-      for (int64_t j = 0; j < visible; ++j) {
-        scores[static_cast<size_t>(j)] = std::exp(scores[static_cast<size_t>(j)] - max_score);
-        total += scores[static_cast<size_t>(j)];
-      }
-      float* oh = out + (t * heads + h) * head_dim;
-      std::fill(oh, oh + head_dim, 0.0f);
-      for (int64_t j = 0; j < visible; ++j) {
-        const float p = scores[static_cast<size_t>(j)] / total;
-        const float* vj = v + (j * kv_heads + kvh) * head_dim;
-        for (int d = 0; d < head_dim; ++d) oh[d] += p * vj[d];
-      }
+    });
+    return;
+  }
+  // A few long rows (a decode step's): their blocks side by side, then each
+  // row's merged in order.
+  const int64_t items = rows * most_blocks;
+  std::vector<KeyBlock> blocks(static_cast<size_t>(items));
+  std::vector<float> partial(static_cast<size_t>(items * head_dim));
+  parallel_for(items, kParallelWork / block_work + 1, [&](int64_t first, int64_t last) {
+    std::vector<float> scores(static_cast<size_t>(kAttentionKeyBlock));
+    for (int64_t i = first; i < last; ++i) {
+      const Row row = row_of(i / most_blocks);
+      const int64_t b = i % most_blocks;
+      if (b * kAttentionKeyBlock >= row.visible) continue;  // past this row's keys
+      blocks[static_cast<size_t>(i)] = attend_block(kern, row.q, row.k, row.v, head_dim, b * kAttentionKeyBlock,
+                                                    block_end(row, b), scale, scores.data(),
+                                                    partial.data() + i * head_dim);
+    }
+  });
+  parallel_for(rows, kParallelWork / (most_blocks * head_dim * 4) + 1, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      const Row row = row_of(r);
+      const int64_t i0 = r * most_blocks;
+      KeyBlock state = blocks[static_cast<size_t>(i0)];
+      std::copy_n(partial.data() + i0 * head_dim, head_dim, row.out);
+      for (int64_t b = 1; b * kAttentionKeyBlock < row.visible; ++b)
+        merge_block(state, row.out, blocks[static_cast<size_t>(i0 + b)], partial.data() + (i0 + b) * head_dim,
+                    head_dim);
+      normalize_row(state, row.out, head_dim);
     }
   });
 }

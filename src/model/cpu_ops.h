@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "model/rope.h"
 
@@ -54,11 +55,39 @@ void silu_mul(const float* gate, const float* up, size_t n, float* out);
 void apply_rope(float* x, int heads, int head_dim, int64_t position, const RopeTable& table);
 
 // Causal grouped-query attention. q: [n_q][heads][head_dim] at positions
-// first_position … first_position + n_q − 1; k, v: [n_kv][kv_heads][head_dim]
-// at positions 0 … n_kv − 1 (n_kv ≥ first_position + n_q). Query head h reads
-// KV head h / (heads / kv_heads). out: [n_q][heads][head_dim].
-void attention(const float* q, int64_t n_q, const float* k, const float* v, int64_t n_kv, int heads, int kv_heads,
-               int head_dim, int64_t first_position, float scale, float* out);
+// first_position … first_position + n_q − 1; k, v: BF16 rows (as L1 holds
+// them) [n_kv][kv_heads][head_dim] at positions 0 … n_kv − 1 (n_kv ≥
+// first_position + n_q). Query head h reads KV head h / (heads / kv_heads).
+// out: [n_q][heads][head_dim].
+//
+// A row's keys are taken in blocks of kAttentionKeyBlock, and the blocks'
+// softmaxes merged in order (FlashAttention's), with the same operations
+// whether one thread runs every block of a row — a prefill — or the blocks of
+// a decode step's few rows run side by side: a token's output is the same
+// bits either way, and on any number of threads. Each block b of keys j:
+//   s_j = dot(q, k_j) · scale,  m_b = max s_j,  e_j = exp(s_j − m_b),
+//   l_b = Σ e_j (in order),  o_b = weighted_sum(e, v)  (cpu_kernels.h);
+// the row's state starts as block 0's (M, L, O) = (m_0, l_0, o_0) and takes
+// each next block as M' = max(M, m_b), α = exp(M − M'), β = exp(m_b − M'),
+// L = L·α + l_b·β, O = O·α + o_b·β; the output is O / L.
+inline constexpr int64_t kAttentionKeyBlock = 256;
+void attention(const float* q, int64_t n_q, const uint16_t* k, const uint16_t* v, int64_t n_kv, int heads,
+               int kv_heads, int head_dim, int64_t first_position, float scale, float* out);
+
+// The same for several sequences at once (a batch's), their rows shared out
+// across threads together; each gets the bits it gets alone. A sequence's K
+// and V may be read in place from L1's planes: context token j's row is
+// slots[j] of the plane (slots null: row j).
+struct AttentionSequence {
+  const float* q = nullptr;  // [n_q][heads][head_dim]
+  int64_t n_q = 0;
+  const uint16_t *k = nullptr, *v = nullptr;  // BF16 planes of rows [kv_heads][head_dim]
+  const uint32_t* slots = nullptr;            // [n_kv], or null
+  int64_t n_kv = 0;
+  int64_t first_position = 0;
+  float* out = nullptr;  // [n_q][heads][head_dim]
+};
+void attention(std::span<const AttentionSequence> sequences, int heads, int kv_heads, int head_dim, float scale);
 
 // Rounds every value to the nearest BF16 (ties to even), in place.
 void round_to_bf16(float* x, size_t n);

@@ -1,6 +1,8 @@
 // `hiq bench cpu --model DIR`: the CPU forward pass on N threads against one
-// thread, in the same run — a prefill and a decode step, each timed on both,
-// and their logits compared (the split must not change a bit).
+// thread, in the same run — a prefill, a decode step, and a batch of decode
+// steps in one pass, each timed on both, and their logits compared (the split
+// must not change a bit; nor may the batch: each of its sequences must get
+// the logits it gets alone).
 #include <algorithm>
 #include <functional>
 #include <iostream>
@@ -23,13 +25,14 @@ struct CpuBenchFlags {
   int threads = 0;  // 0: every hardware thread
   int prefill = 512;
   int decode_context = 512;
+  int decode_batch = 8;
   double seconds = 1.0;
   bool json = false;
 };
 
 struct Timing {
   double seconds = 0;          // median of the repeats (core/median_time.h)
-  std::vector<float> logits;   // of the last repeat
+  std::vector<float> logits;   // of the last repeat (a batch's, one sequence after another)
 };
 
 Result<Timing> time_forward(const std::function<Result<std::vector<float>>()>& forward, double seconds) {
@@ -43,20 +46,24 @@ Result<Timing> time_forward(const std::function<Result<std::vector<float>>()>& f
 
 int run_cpu_bench(const CpuBenchFlags& f) {
   if (f.threads < 0) return report_error("bench cpu", invalid_argument("--threads must be positive, or 0 (all)"));
-  if (f.prefill < 1 || f.decode_context < 1)
-    return report_error("bench cpu", invalid_argument("--prefill and --decode-context must be positive"));
+  if (f.prefill < 1 || f.decode_context < 1 || f.decode_batch < 1)
+    return report_error("bench cpu", invalid_argument("--prefill, --decode-context and --decode-batch must be positive"));
   if (!(f.seconds > 0)) return report_error("bench cpu", invalid_argument("--seconds must be positive"));
   auto model = LoadedModel::load(f.model);
   if (!model) return report_error("bench cpu", model.status());
   const LoadedModel& m = **model;
   const int threads = f.threads > 0 ? f.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const auto prefill = static_cast<size_t>(f.prefill), context = static_cast<size_t>(f.decode_context);
-  auto l1 = make_host_memory_device_pool(m.config().kv_geometry(), std::max(prefill, context + 1));
+  const auto batch = static_cast<size_t>(f.decode_batch);
+  // Slots [0, context) hold the decode steps' shared context; the batch's
+  // sequence b writes its new token into slot context + b.
+  auto l1 = make_host_memory_device_pool(m.config().kv_geometry(), std::max(prefill, context + batch));
   if (!l1) return report_error("bench cpu", l1.status());
+  const auto vocab = static_cast<size_t>(m.shape().vocab_size);
   std::vector<int32_t> tokens(std::max(prefill, context + 1));
   std::vector<SlotId> slots(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(m.shape().vocab_size));
+    tokens[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
     slots[i] = static_cast<SlotId>(i);
   }
   const auto run = [&](size_t n, size_t first_new) {
@@ -65,7 +72,25 @@ int run_cpu_bench(const CpuBenchFlags& f) {
                          first_new);
     };
   };
-  // The decode step's context KV, once (one thread computes the same bits as N).
+  // The decode batch: `batch` requests on the same context, each with its own next token.
+  std::vector<std::vector<int32_t>> batch_tokens(batch);
+  std::vector<std::vector<SlotId>> batch_slots(batch);
+  std::vector<CpuSequence> sequences(batch);
+  for (size_t b = 0; b < batch; ++b) {
+    batch_tokens[b].assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(context));
+    batch_tokens[b].push_back(static_cast<int32_t>((b * 31 + 7) % vocab));
+    batch_slots[b].assign(slots.begin(), slots.begin() + static_cast<std::ptrdiff_t>(context));
+    batch_slots[b].push_back(static_cast<SlotId>(context + b));
+    sequences[b] = CpuSequence{batch_tokens[b], batch_slots[b], context, false, nullptr};
+  }
+  const auto run_batch = [&]() -> Result<std::vector<float>> {
+    HIQ_ASSIGN_OR_RETURN(std::vector<std::vector<float>> each,
+                         cpu_forward_batch(m.shape(), m.weights(), **l1, sequences));
+    std::vector<float> all;
+    for (const std::vector<float>& logits : each) all.insert(all.end(), logits.begin(), logits.end());
+    return all;
+  };
+  // The decode steps' context KV, once (one thread computes the same bits as N).
   if (auto warm = run(context, 0)(); !warm) return report_error("bench cpu", warm.status());
 
   struct Row {
@@ -73,21 +98,33 @@ int run_cpu_bench(const CpuBenchFlags& f) {
     size_t tokens;
     Timing one, many;
   };
-  std::vector<Row> rows = {{"prefill", prefill, {}, {}}, {"decode step", 1, {}, {}}};
+  const std::string batch_row = "decode batch of " + std::to_string(batch);
+  std::vector<Row> rows = {{"prefill", prefill, {}, {}}, {"decode step", 1, {}, {}}, {batch_row, batch, {}, {}}};
   const int before = parallel_threads();
   for (Row& row : rows) {
-    const auto forward = row.what == "prefill" ? run(prefill, 0) : run(context + 1, context);
-    for (int n : {1, threads}) {
-      set_parallel_threads(n);
+    std::function<Result<std::vector<float>>()> forward = run_batch;
+    if (row.what == "prefill") forward = run(prefill, 0);
+    if (row.what == "decode step") forward = run(context + 1, context);
+    // One thread, then `threads` (also 1 with --threads 1: the same pass twice).
+    for (Timing* timing : {&row.one, &row.many}) {
+      set_parallel_threads(timing == &row.one ? 1 : threads);
       auto t = time_forward(forward, f.seconds);
       if (!t) return report_error("bench cpu", t.status());
-      (n == 1 ? row.one : row.many) = std::move(*t);
+      *timing = std::move(*t);
     }
   }
+  // Each sequence of the batch alone, for the batch's bits to be checked against.
+  std::vector<float> alone;
+  for (const CpuSequence& seq : sequences) {
+    auto logits = cpu_forward(m.shape(), m.weights(), **l1, seq.tokens, seq.slots, seq.first_new);
+    if (!logits) return report_error("bench cpu", logits.status());
+    alone.insert(alone.end(), logits->begin(), logits->end());
+  }
   set_parallel_threads(before);
+  const bool batch_is_alone = rows.back().one.logits == alone;
 
   if (f.json) {
-    nlohmann::json out = {{"model", f.model}, {"threads", threads}};
+    nlohmann::json out = {{"model", f.model}, {"threads", threads}, {"batch_same_as_alone", batch_is_alone}};
     for (const Row& r : rows)
       out["rows"].push_back({{"what", r.what},
                              {"tokens", r.tokens},
@@ -109,6 +146,10 @@ int run_cpu_bench(const CpuBenchFlags& f) {
       std::cerr << "hiq bench cpu: error: " << r.what << " logits differ between 1 and " << threads << " threads\n";
       return 1;
     }
+  if (!batch_is_alone) {
+    std::cerr << "hiq bench cpu: error: the decode batch's logits differ from its sequences' run one at a time\n";
+    return 1;
+  }
   return 0;
 }
 
@@ -122,6 +163,8 @@ std::function<int()> add_bench_cpu_command(CLI::App& bench) {
       ->capture_default_str();
   app->add_option("--prefill", f->prefill, "Prompt tokens of the prefill row")->capture_default_str();
   app->add_option("--decode-context", f->decode_context, "Context tokens of the decode step")->capture_default_str();
+  app->add_option("--decode-batch", f->decode_batch, "Sequences of the decode batch row (one pass, a shared context)")
+      ->capture_default_str();
   app->add_option("--seconds", f->seconds, "Repeat each measurement about this long")->capture_default_str();
   app->add_flag("--json", f->json, "Print JSON");
   return [f, app] { return app->parsed() ? run_cpu_bench(*f) : -1; };

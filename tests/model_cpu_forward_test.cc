@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <random>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "codec/numeric.h"
 #include "core/parallel.h"
@@ -227,6 +227,11 @@ TEST(CpuForward, ABatchGivesEachSequenceTheBitsItGetsAlone) {
     return all;
   };
 
+  // Alone, on 3 threads: the decode step's 4 rows (fewer than 2 a thread)
+  // take the key-block split (cpu_ops.h), where the batch's many rows are
+  // split by row.
+  const int before = parallel_threads();
+  set_parallel_threads(3);
   auto alone_pool = prepared_pool();
   std::vector<std::vector<float>> alone;
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -235,7 +240,6 @@ TEST(CpuForward, ABatchGivesEachSequenceTheBitsItGetsAlone) {
     ASSERT_TRUE(out.is_ok()) << out.status().to_string();
     alone.push_back(std::move(*out));
   }
-  const int before = parallel_threads();
   for (int threads : {1, 3}) {
     set_parallel_threads(threads);
     auto l1 = prepared_pool();
@@ -250,15 +254,34 @@ TEST(CpuForward, ABatchGivesEachSequenceTheBitsItGetsAlone) {
   set_parallel_threads(before);
 }
 
-TEST(CpuForward, ABatchWhoseSequencesWriteOneSlotIsRefused) {
+// A pass writes each layer's new K and V before any attention reads: a slot
+// written twice, or written by one token and read as context by another,
+// would depend on that order, and is refused with nothing written. Sharing
+// a context slot (a common prefix) is fine, and an empty batch is no work.
+TEST(CpuForward, ABatchRefusesASlotWrittenTwiceOrWrittenAndReadAndTakesSharedContext) {
   TinyModel m;
   const auto tokens = prompt(4);
-  const std::vector<SlotId> a = {0, 1, 2, 3}, b = {4, 5, 6, 3};
   auto l1 = m.pool();
-  const std::vector<CpuSequence> batch = {{tokens, a, 0, false, nullptr}, {tokens, b, 0, false, nullptr}};
-  auto out = cpu_forward_batch(m.shape, m.weights, *l1, batch);
-  ASSERT_FALSE(out.is_ok());
-  EXPECT_NE(out.status().message().find("same L1 slot"), std::string::npos) << out.status().to_string();
+  ASSERT_TRUE(cpu_forward(m.shape, m.weights, *l1, std::span(tokens).first(2), std::vector<SlotId>{0, 1}, 0).is_ok());
+  const auto refused = [&](const std::vector<CpuSequence>& batch, const std::string& why) {
+    auto out = cpu_forward_batch(m.shape, m.weights, *l1, batch);
+    ASSERT_FALSE(out.is_ok()) << why;
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << why;
+    EXPECT_NE(out.status().message().find("L1 slot"), std::string::npos) << why << ": " << out.status().to_string();
+  };
+  const std::vector<SlotId> a = {0, 1, 2, 3}, b = {0, 1, 5, 3}, c = {0, 1, 2, 2}, d = {0, 1, 6, 7}, e = {0, 6, 8, 9};
+  refused({{tokens, a, 2, false, nullptr}, {tokens, b, 2, false, nullptr}}, "slot 3 written by two sequences");
+  refused({{tokens, c, 2, false, nullptr}}, "slot 2 written twice by one");
+  refused({{tokens, d, 2, false, nullptr}, {tokens, e, 2, false, nullptr}}, "slot 6 written by one, read by the other");
+  // Two sequences on the shared prefix {0, 1}, each writing its own slots.
+  const std::vector<SlotId> f = {0, 1, 10, 11}, g = {0, 1, 12, 13};
+  auto shared = cpu_forward_batch(m.shape, m.weights, *l1,
+                                  std::vector<CpuSequence>{{tokens, f, 2, false, nullptr}, {tokens, g, 2, false, nullptr}});
+  ASSERT_TRUE(shared.is_ok()) << shared.status().to_string();
+  EXPECT_EQ((*shared)[0], (*shared)[1]);  // the same tokens on the same prefix
+  auto none = cpu_forward_batch(m.shape, m.weights, *l1, {});
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_TRUE(none->empty());
 }
 
 TEST(CpuForward, ThePrefixIsReadFromL1) {

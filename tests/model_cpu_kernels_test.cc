@@ -9,12 +9,13 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <random>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "codec/numeric.h"
 #include "model/cpu_kernels.h"
+#include "random_floats.h"
 
 namespace hiq {
 namespace {
@@ -23,13 +24,7 @@ using cpu::MatrixView;
 using cpu::WeightType;
 namespace kernels = cpu::kernels;
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
+using testing::random_floats;
 
 // The order of cpu_kernels.h, transcribed: 16 fused lanes over the
 // zero-padded length, then the tree.
@@ -54,10 +49,15 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // The tables to check: the reference and whatever this CPU runs beside it.
+// (A CPU without AVX2 or AVX-512 checks fewer: the test prints which it checked.)
 std::vector<const kernels::Table*> tables() {
   std::vector<const kernels::Table*> t = {&kernels::scalar_table()};
   if (kernels::avx2_table() != nullptr) t.push_back(kernels::avx2_table());
   if (kernels::avx512_table() != nullptr) t.push_back(kernels::avx512_table());
+  std::string names;
+  for (const kernels::Table* table : t) names += std::string(names.empty() ? "" : ", ") + table->name;
+  std::printf("[ measured ] kernels checked on this CPU: %s (the forward pass runs %s)\n", names.c_str(),
+              kernels::best_table().name);
   return t;
 }
 

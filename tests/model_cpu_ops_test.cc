@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <random>
 #include <vector>
 
 #include "codec/numeric.h"
 #include "core/parallel.h"
 #include "model/cpu_ops.h"
 #include "model/rope.h"
+#include "random_floats.h"
 
 namespace hiq {
 namespace {
@@ -21,13 +21,7 @@ using cpu::MatrixView;
 using cpu::VectorView;
 using cpu::WeightType;
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = normal(rng);
-  return v;
-}
+using testing::random_floats;
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());

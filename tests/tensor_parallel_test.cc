@@ -174,6 +174,44 @@ TEST(TensorParallelForward, SameBitsRunAfterRun) {
   }
 }
 
+// A batch over the ranks gives each sequence the bits a pass of it alone
+// gives: a prefill beside a continuation and a decode step on cached
+// prefixes.
+TEST(TensorParallelForward, ABatchGivesEachSequenceTheBitsOfItsOwnPass) {
+  const TinyModel m;
+  auto model = CpuTpModel::create(m.shape, m.weights, 2);
+  ASSERT_TRUE(model.is_ok());
+  const auto tokens = prompt(20, m.shape.vocab_size);
+  // Sequence s: slots [20 s, 20 s + 20); its first `cached` tokens computed before.
+  std::vector<std::vector<SlotId>> slots(3);
+  for (size_t s = 0; s < slots.size(); ++s)
+    for (size_t i = 0; i < tokens.size(); ++i) slots[s].push_back(static_cast<SlotId>(20 * s + (i * 7) % 20));
+  const size_t cached[] = {0, 12, 19};
+  const auto prepare = [&](RankPools& p) {
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (cached[s] == 0) continue;
+      ASSERT_TRUE((*model)->forward(p.pools, std::span(tokens).first(cached[s]), std::span(slots[s]).first(cached[s]), 0)
+                      .is_ok());
+    }
+  };
+  std::vector<CpuSequence> batch;
+  for (size_t s = 0; s < slots.size(); ++s) batch.push_back(CpuSequence{tokens, slots[s], cached[s], s == 1, nullptr});
+
+  RankPools alone_pools = pools_for(**model, m.shape, 64);
+  prepare(alone_pools);
+  std::vector<std::vector<float>> alone;
+  for (const CpuSequence& seq : batch) {
+    auto logits = (*model)->forward(alone_pools.pools, seq.tokens, seq.slots, seq.first_new, seq.all_logits);
+    ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
+    alone.push_back(std::move(*logits));
+  }
+  RankPools batch_pools = pools_for(**model, m.shape, 64);
+  prepare(batch_pools);
+  auto together = (*model)->forward_batch(batch_pools.pools, batch);
+  ASSERT_TRUE(together.is_ok()) << together.status().to_string();
+  EXPECT_EQ(*together, alone);
+}
+
 TEST(TensorParallelForward, RefusesMissingOrMisshapenPoolsAndReportsARankFailure) {
   const TinyModel m;
   auto model = CpuTpModel::create(m.shape, m.weights, 2);

@@ -34,23 +34,15 @@ Result<std::vector<ForwardResult>> CpuModelRunner::forward(std::span<const Forwa
     if (!item.load) return nullptr;
     return [this, &item](int layer) { return engine_->wait_layer(*item.load, layer); };
   };
-  std::vector<std::vector<float>> logits;
-  if (tp_ != nullptr) {
-    for (const ForwardItem& item : batch) {
-      HIQ_ASSIGN_OR_RETURN(std::vector<float> one,
-                           tp_->forward(pools_, item.tokens, item.slots, item.first_new,
-                                        /*all_logits=*/item.prompt_logprobs, wait_for_restore(item)));
-      logits.push_back(std::move(one));
-    }
-  } else {
-    // One pass for the batch: its tokens share the matrix products.
-    std::vector<CpuSequence> sequences;
-    sequences.reserve(batch.size());
-    for (const ForwardItem& item : batch)
-      sequences.push_back(CpuSequence{item.tokens, item.slots, item.first_new, /*all_logits=*/item.prompt_logprobs,
-                                      wait_for_restore(item)});
-    HIQ_ASSIGN_OR_RETURN(logits, cpu_forward_batch(shape_, *weights_, *pools_.front(), sequences));
-  }
+  // One pass for the batch: its tokens share the matrix products.
+  std::vector<CpuSequence> sequences;
+  sequences.reserve(batch.size());
+  for (const ForwardItem& item : batch)
+    sequences.push_back(CpuSequence{item.tokens, item.slots, item.first_new, /*all_logits=*/item.prompt_logprobs,
+                                    wait_for_restore(item)});
+  HIQ_ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits,
+                       tp_ != nullptr ? tp_->forward_batch(pools_, sequences)
+                                      : cpu_forward_batch(shape_, *weights_, *pools_.front(), sequences));
 
   std::vector<ForwardResult> results;
   results.reserve(batch.size());

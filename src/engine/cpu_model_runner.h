@@ -13,7 +13,7 @@
 // slot on every rank. A restore's layer is ready once every rank's part is
 // (the transfer engine over the ranks), and each rank waits for it before its
 // own attention. A rank that fails fails the pass, so the batch's requests.
-// Tensor-parallel passes run one item at a time. Its clock is the wall clock.
+// Its clock is the wall clock.
 #pragma once
 
 #include <chrono>

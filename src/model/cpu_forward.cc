@@ -107,15 +107,24 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
     total += n_new;
     total_out += n_new - at[i].first_out;
   }
-  // Each new token's slot is written once: two sequences writing one slot
-  // would leave it to their order which KV the other reads.
+  if (batch.empty()) return std::vector<std::vector<float>>{};
+  // A slot a token of the batch writes is written once and read by no other
+  // sequence: the sequences write their layer before any attention reads
+  // (cpu_forward_batch), so a slot both written and read in one batch would
+  // depend on that order.
   std::vector<SlotId> written;
   written.reserve(static_cast<size_t>(total));
   for (const CpuSequence& seq : batch)
     written.insert(written.end(), seq.slots.begin() + static_cast<std::ptrdiff_t>(seq.first_new), seq.slots.end());
   std::sort(written.begin(), written.end());
-  if (std::adjacent_find(written.begin(), written.end()) != written.end())
-    return invalid_argument("forward: two sequences of a batch write the same L1 slot");
+  const auto twice = std::adjacent_find(written.begin(), written.end());
+  if (twice != written.end())
+    return invalid_argument("forward: L1 slot " + std::to_string(*twice) + " is written by two tokens of the pass");
+  for (const CpuSequence& seq : batch)
+    for (size_t j = 0; j < seq.first_new; ++j)
+      if (std::binary_search(written.begin(), written.end(), seq.slots[j]))
+        return invalid_argument("forward: L1 slot " + std::to_string(seq.slots[j]) +
+                                " is both context and a new token's in one pass");
 
   const int64_t hidden = s.hidden_size, q_out = int64_t{s.num_heads} * s.head_dim,
                 kv_out = int64_t{s.num_kv_heads} * s.head_dim, inter = s.intermediate_size;
@@ -241,7 +250,9 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
 Result<std::vector<float>> cpu_forward(const ModelShape& s, const CpuModelWeights& w, DeviceKvPool& l1,
                                        std::span<const int32_t> tokens, std::span<const SlotId> slots,
                                        size_t first_new, bool all_logits, const BeforeAttention& before_attention) {
-  return cpu_forward_rank(s, w, l1, tokens, slots, first_new, all_logits, before_attention, nullptr, true);
+  const CpuSequence one{tokens, slots, first_new, all_logits, before_attention};
+  HIQ_ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits, forward_batch(s, w, l1, std::span(&one, 1), nullptr, true));
+  return std::move(logits.front());
 }
 
 Result<std::vector<std::vector<float>>> cpu_forward_batch(const ModelShape& s, const CpuModelWeights& w,
@@ -249,14 +260,10 @@ Result<std::vector<std::vector<float>>> cpu_forward_batch(const ModelShape& s, c
   return forward_batch(s, w, l1, batch, nullptr, true);
 }
 
-Result<std::vector<float>> cpu_forward_rank(const ModelShape& s, const CpuModelWeights& w, DeviceKvPool& l1,
-                                            std::span<const int32_t> tokens, std::span<const SlotId> slots,
-                                            size_t first_new, bool all_logits, const BeforeAttention& before_attention,
-                                            const RankAllReduce& all_reduce, bool want_logits) {
-  const CpuSequence one{tokens, slots, first_new, all_logits, before_attention};
-  HIQ_ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits,
-                       forward_batch(s, w, l1, std::span(&one, 1), all_reduce, want_logits));
-  return want_logits ? std::move(logits.front()) : std::vector<float>{};
+Result<std::vector<std::vector<float>>> cpu_forward_rank(const ModelShape& s, const CpuModelWeights& w,
+                                                         DeviceKvPool& l1, std::span<const CpuSequence> batch,
+                                                         const RankAllReduce& all_reduce, bool want_logits) {
+  return forward_batch(s, w, l1, batch, all_reduce, want_logits);
 }
 
 }  // namespace hiq

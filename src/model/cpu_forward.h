@@ -77,8 +77,9 @@ using BeforeAttention = std::function<Status(int layer)>;
 // `slots` in `l1`, and writes the new tokens' KV into their slots. Returns the
 // logits of the last token ([vocab]), or of every new token ([n_new][vocab])
 // when `all_logits`. Errors: mismatched spans, first_new ≥ n, a token id out of
-// the vocabulary, an L1 pool of another geometry, a failed pool access, or
-// the error of `before_attention`.
+// the vocabulary, an L1 pool of another geometry, a new token's slot repeated
+// or also the context's, a failed pool access, or the error of
+// `before_attention`.
 Result<std::vector<float>> cpu_forward(const ModelShape& shape, const CpuModelWeights& weights, DeviceKvPool& l1,
                                        std::span<const int32_t> tokens, std::span<const SlotId> slots,
                                        size_t first_new, bool all_logits = false,
@@ -97,10 +98,11 @@ struct CpuSequence {
 // product (one pass over the weights for the batch), and each attends to its
 // own context. A sequence's logits are the bits cpu_forward gives it alone
 // (each value of a token's row is computed the same way in any batch:
-// cpu_kernels.h). Within a layer the sequences write and read L1 in batch
-// order, as one cpu_forward after another would. Errors: cpu_forward's, for
-// any sequence (the pass stops at the first), and two sequences writing one
-// L1 slot.
+// cpu_kernels.h). Each layer's new K and V are all written before any
+// sequence's attention reads L1, so a pass may not write a slot twice nor
+// write a slot that a context holds (contexts may share slots: a common
+// prefix). Errors: cpu_forward's, for any sequence (the pass stops at the
+// first), and such a slot. An empty batch gives no logits.
 Result<std::vector<std::vector<float>>> cpu_forward_batch(const ModelShape& shape, const CpuModelWeights& weights,
                                                           DeviceKvPool& l1, std::span<const CpuSequence> batch);
 
@@ -109,15 +111,14 @@ Result<std::vector<std::vector<float>>> cpu_forward_batch(const ModelShape& shap
 // `bias` (whole; absent for down_proj) added once, rounded to BF16, in place.
 using RankAllReduce = std::function<Status(std::vector<float>& partial, const cpu::VectorView& bias)>;
 
-// cpu_forward as one tensor-parallel rank runs it (model/tensor_parallel.h):
+// cpu_forward_batch as one tensor-parallel rank runs it (model/tensor_parallel.h):
 // `shape` and `weights` are the rank's (its heads and MLP columns), `l1` its
 // pool, and `all_reduce` meets the other ranks after each row-parallel
-// product. Returns the logits when `want_logits`, else nothing (every rank holds
-// the same hidden states; one computes them). cpu_forward is this pass with
-// the whole model and no all-reduce.
-Result<std::vector<float>> cpu_forward_rank(const ModelShape& shape, const CpuModelWeights& weights, DeviceKvPool& l1,
-                                            std::span<const int32_t> tokens, std::span<const SlotId> slots,
-                                            size_t first_new, bool all_logits, const BeforeAttention& before_attention,
-                                            const RankAllReduce& all_reduce, bool want_logits);
+// product. Returns each sequence's logits when `want_logits`, else nothing
+// (every rank holds the same hidden states; one computes them).
+// cpu_forward_batch is this pass with the whole model and no all-reduce.
+Result<std::vector<std::vector<float>>> cpu_forward_rank(const ModelShape& shape, const CpuModelWeights& weights,
+                                                         DeviceKvPool& l1, std::span<const CpuSequence> batch,
+                                                         const RankAllReduce& all_reduce, bool want_logits);
 
 }  // namespace hiq

@@ -36,7 +36,8 @@ void read_row(const MatrixView& w, int64_t row, float* out) {
 }
 
 void matmul(const float* x, int64_t m, const MatrixView& w, const VectorView& bias, float* y) {
-  HIQ_CHECK(w.data != nullptr && w.rows > 0 && w.cols > 0);
+  HIQ_CHECK(w.data != nullptr && w.rows > 0 && w.cols > 0 && m >= 0);
+  if (m == 0) return;
   HIQ_CHECK(bias.data == nullptr || bias.size == w.rows);
   // The bias widened once (the kernels add it in float).
   std::vector<float> b;

@@ -138,9 +138,8 @@ struct CpuTpModel::AllReduce {
   TpRendezvous meeting;
 };
 
-Status CpuTpModel::run_rank(int r, DeviceKvPool& pool, std::span<const int32_t> tokens, std::span<const SlotId> slots,
-                            size_t first_new, bool all_logits, const BeforeAttention& before_attention,
-                            AllReduce& reduce, std::vector<float>* logits) const {
+Status CpuTpModel::run_rank(int r, DeviceKvPool& pool, std::span<const CpuSequence> batch, AllReduce& reduce,
+                            std::vector<std::vector<float>>* logits) const {
   const Rank& rank = ranks_[static_cast<size_t>(r)];
   std::vector<float> sum;
   const RankAllReduce all_reduce = [&](std::vector<float>& partial, const cpu::VectorView& bias) {
@@ -149,9 +148,8 @@ Status CpuTpModel::run_rank(int r, DeviceKvPool& pool, std::span<const int32_t> 
     partial.swap(sum);
     return Status::ok();
   };
-  HIQ_ASSIGN_OR_RETURN(std::vector<float> out,
-                       cpu_forward_rank(rank.shape, rank.weights, pool, tokens, slots, first_new, all_logits,
-                                        before_attention, all_reduce, logits != nullptr));
+  HIQ_ASSIGN_OR_RETURN(std::vector<std::vector<float>> out,
+                       cpu_forward_rank(rank.shape, rank.weights, pool, batch, all_reduce, logits != nullptr));
   if (logits != nullptr) *logits = std::move(out);
   return Status::ok();
 }
@@ -159,20 +157,28 @@ Status CpuTpModel::run_rank(int r, DeviceKvPool& pool, std::span<const int32_t> 
 Result<std::vector<float>> CpuTpModel::forward(std::span<DeviceKvPool* const> pools, std::span<const int32_t> tokens,
                                                std::span<const SlotId> slots, size_t first_new, bool all_logits,
                                                const BeforeAttention& before_attention) const {
+  const CpuSequence one{tokens, slots, first_new, all_logits, before_attention};
+  HIQ_ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits, forward_batch(pools, std::span(&one, 1)));
+  return std::move(logits.front());
+}
+
+Result<std::vector<std::vector<float>>> CpuTpModel::forward_batch(std::span<DeviceKvPool* const> pools,
+                                                                  std::span<const CpuSequence> batch) const {
   if (pools.size() != ranks_.size())
     return invalid_argument("tensor parallelism: " + std::to_string(pools.size()) + " L1 pools for " +
                             std::to_string(ranks_.size()) + " ranks");
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (pools[r] == nullptr) return invalid_argument("tensor parallelism: rank " + std::to_string(r) + " has no pool");
-    const Status checked = check_sequence(ranks_[r].shape, *pools[r], tokens, slots, first_new);
-    if (!checked.is_ok())
-      return Status(checked.code(), "rank " + std::to_string(r) + ": " + checked.message());
+    for (const CpuSequence& seq : batch) {
+      const Status checked = check_sequence(ranks_[r].shape, *pools[r], seq.tokens, seq.slots, seq.first_new);
+      if (!checked.is_ok())
+        return Status(checked.code(), "rank " + std::to_string(r) + ": " + checked.message());
+    }
   }
   AllReduce reduce(size());
-  std::vector<float> logits;
+  std::vector<std::vector<float>> logits;
   run_rank_threads(reduce.meeting, size(), [&](int r) {
-    const Status status = run_rank(r, *pools[static_cast<size_t>(r)], tokens, slots, first_new, all_logits,
-                                   before_attention, reduce, r == 0 ? &logits : nullptr);
+    const Status status = run_rank(r, *pools[static_cast<size_t>(r)], batch, reduce, r == 0 ? &logits : nullptr);
     if (!status.is_ok()) reduce.meeting.leave(status);
   });
   HIQ_RETURN_IF_ERROR(reduce.meeting.first_error());

@@ -76,6 +76,10 @@ class CpuTpModel {
   Result<std::vector<float>> forward(std::span<DeviceKvPool* const> pools, std::span<const int32_t> tokens,
                                      std::span<const SlotId> slots, size_t first_new, bool all_logits = false,
                                      const BeforeAttention& before_attention = nullptr) const;
+  // cpu_forward_batch over the ranks, as forward() is cpu_forward: each
+  // sequence's logits, the bits forward() gives it alone.
+  Result<std::vector<std::vector<float>>> forward_batch(std::span<DeviceKvPool* const> pools,
+                                                        std::span<const CpuSequence> batch) const;
 
  private:
   struct Rank {
@@ -86,9 +90,8 @@ class CpuTpModel {
   };
   struct AllReduce;  // the ranks' meeting point (tensor_parallel.cc)
   CpuTpModel() = default;
-  Status run_rank(int rank, DeviceKvPool& pool, std::span<const int32_t> tokens, std::span<const SlotId> slots,
-                  size_t first_new, bool all_logits, const BeforeAttention& before_attention, AllReduce& reduce,
-                  std::vector<float>* logits) const;
+  Status run_rank(int rank, DeviceKvPool& pool, std::span<const CpuSequence> batch, AllReduce& reduce,
+                  std::vector<std::vector<float>>* logits) const;
 
   ModelShape shape_;
   std::vector<Rank> ranks_;

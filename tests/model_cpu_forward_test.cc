@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -250,6 +251,88 @@ TEST(CpuForward, ABatchGivesEachSequenceTheBitsItGetsAlone) {
     for (size_t i = 0; i < shapes.size(); ++i)
       EXPECT_TRUE((*together)[i] == alone[i]) << "sequence " << i << " on " << threads << " threads";
     EXPECT_TRUE(contents(*l1) == contents(*alone_pool)) << threads << " threads";
+  }
+  set_parallel_threads(before);
+}
+
+// The class of batches the scheduler forms, drawn at random: 1–5 sequences,
+// some on a prefix another also reads (the same slots), fresh prompts and
+// decode steps and continuations, all logits or the last, on 1–3 threads.
+// Each sequence's logits are the bits of its own pass, and the pool ends the
+// same.
+TEST(CpuForward, RandomBatchesGiveEachSequenceTheBitsOfItsOwnPass) {
+  TinyModel m;
+  constexpr size_t kSlots = 4096;
+  std::mt19937 rng(2026);
+  const int before = parallel_threads();
+  for (int trial = 0; trial < 24; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    const auto pick = [&](size_t lo, size_t hi) { return std::uniform_int_distribution<size_t>(lo, hi)(rng); };
+    // Prefixes: a few token runs in their own slots, computed before the batch.
+    struct Prefix {
+      std::vector<int32_t> tokens;
+      std::vector<SlotId> slots;
+    };
+    std::vector<Prefix> prefixes(pick(1, 3));
+    std::vector<SlotId> free_slots(kSlots);
+    for (size_t i = 0; i < kSlots; ++i) free_slots[i] = static_cast<SlotId>(i);
+    std::shuffle(free_slots.begin(), free_slots.end(), rng);
+    size_t next_free = 0;
+    for (Prefix& p : prefixes) {
+      const size_t n = pick(0, 600);
+      for (size_t i = 0; i < n; ++i) {
+        p.tokens.push_back(static_cast<int32_t>(pick(0, static_cast<size_t>(m.shape.vocab_size) - 1)));
+        p.slots.push_back(free_slots[next_free++]);
+      }
+    }
+    // Sequences: a prefix (or none), then new tokens in fresh slots.
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<std::vector<SlotId>> slots;
+    std::vector<CpuSequence> batch;
+    std::vector<size_t> first_new;
+    const size_t count = pick(1, 5);
+    for (size_t b = 0; b < count; ++b) {
+      const Prefix& p = prefixes[pick(0, prefixes.size() - 1)];
+      tokens.push_back(p.tokens);
+      slots.push_back(p.slots);
+      first_new.push_back(p.tokens.size());
+      const size_t n_new = pick(0, 3) == 0 ? pick(1, 40) : 1;
+      for (size_t i = 0; i < n_new; ++i) {
+        tokens.back().push_back(static_cast<int32_t>(pick(0, static_cast<size_t>(m.shape.vocab_size) - 1)));
+        slots.back().push_back(free_slots[next_free++]);
+      }
+    }
+    for (size_t b = 0; b < count; ++b) batch.push_back(CpuSequence{tokens[b], slots[b], first_new[b], pick(0, 1) == 1, nullptr});
+    const auto prepared = [&] {
+      auto l1 = m.pool(kSlots);
+      for (const Prefix& p : prefixes) {
+        if (p.tokens.empty()) continue;
+        EXPECT_TRUE(cpu_forward(m.shape, m.weights, *l1, p.tokens, p.slots, 0).is_ok());
+      }
+      return l1;
+    };
+    set_parallel_threads(static_cast<int>(pick(1, 3)));
+    auto alone_pool = prepared();
+    std::vector<std::vector<float>> alone;
+    for (const CpuSequence& seq : batch) {
+      auto out = cpu_forward(m.shape, m.weights, *alone_pool, seq.tokens, seq.slots, seq.first_new, seq.all_logits);
+      ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+      alone.push_back(std::move(*out));
+    }
+    set_parallel_threads(static_cast<int>(pick(1, 3)));
+    auto l1 = prepared();
+    auto together = cpu_forward_batch(m.shape, m.weights, *l1, batch);
+    ASSERT_TRUE(together.is_ok()) << together.status().to_string();
+    EXPECT_TRUE(*together == alone);
+    std::vector<SlotId> used(free_slots.begin(), free_slots.begin() + static_cast<std::ptrdiff_t>(next_free));
+    const size_t row = static_cast<size_t>(m.shape.num_kv_heads * m.shape.head_dim);
+    std::vector<uint16_t> a(used.size() * row), b(a.size());
+    for (int layer = 0; layer < m.shape.num_layers; ++layer)
+      for (KvPart part : {KvPart::kK, KvPart::kV}) {
+        ASSERT_TRUE(alone_pool->read_rows(layer, part, used, a.data()).is_ok());
+        ASSERT_TRUE(l1->read_rows(layer, part, used, b.data()).is_ok());
+        EXPECT_TRUE(a == b) << "layer " << layer;
+      }
   }
   set_parallel_threads(before);
 }

@@ -39,6 +39,33 @@ struct Avx512Lanes {
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                     // 0 + 1
   }
   static void store(float* p, Reg a) { _mm512_storeu_ps(p, a); }
+  // Eight sums side by side, each the tree sum() computes: the same additions
+  // of the same lanes, with the registers' halves, quarters and pairs moved
+  // next to each other first.
+  static void sum8(const Reg* a, float* out) {  // a[0 … 8)
+    // l + (l + 8): [x 0–7 | y 0–7] + [x 8–15 | y 8–15] for the pairs (0, 1), (2, 3), …
+    Reg s8[4];
+    for (int i = 0; i < 4; ++i)
+      s8[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                            _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    // l + (l + 4): quarter k of the result holds register k's (0–3, then 4–7).
+    Reg s4[2];
+    for (int i = 0; i < 2; ++i)
+      s4[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s8[2 * i], s8[2 * i + 1], 0x88),
+                            _mm512_shuffle_f32x4(s8[2 * i], s8[2 * i + 1], 0xDD));
+    // l + (l + 2): quarter k holds register k's two (lanes 0, 1) and register k + 4's (2, 3).
+    const Reg s2 = _mm512_add_ps(_mm512_shuffle_ps(s4[0], s4[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(s4[0], s4[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    // 0 + 1: quarter k holds register k's sum in lane 0 and register k + 4's in lane 1.
+    const Reg s1 = _mm512_add_ps(_mm512_shuffle_ps(s2, s2, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(s2, s2, _MM_SHUFFLE(3, 1, 3, 1)));
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, s1);
+    for (int k = 0; k < 4; ++k) {
+      out[k] = lanes[4 * k];
+      out[k + 4] = lanes[4 * k + 1];
+    }
+  }
 };
 
 }  // namespace

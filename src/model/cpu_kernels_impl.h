@@ -14,6 +14,9 @@
 //   fma(a, b, c)                         a · b + c, rounded once, per lane
 //   sum(r)                               the tree of cpu_kernels.h
 //   store(float*, r)
+// and may provide sum8(const Reg* eight, float* out): eight sums, each that
+// tree, computed side by side.
+//
 // Tails (fewer than 16 elements left) go through a zeroed 16-element copy, so
 // V needs no masked loads.
 
@@ -47,6 +50,15 @@ typename V::Reg load_weights_tail(const void* w, int64_t i, int n) {
   }
 }
 
+// out[i] = sum(acc[i]) for i < N: by V::sum8 where V has it, eight at a time.
+template <class V, int N>
+void sums(const typename V::Reg (&acc)[N], float* out) {
+  int i = 0;
+  if constexpr (requires(const typename V::Reg* eight, float* o) { V::sum8(eight, o); })
+    for (; i + 8 <= N; i += 8) V::sum8(acc + i, out + i);
+  for (; i < N; ++i) out[i] = V::sum(acc[i]);
+}
+
 template <WeightType kType>
 constexpr int64_t weight_bytes() {
   return kType == WeightType::kF32 ? 4 : 2;
@@ -59,16 +71,15 @@ template <class V, WeightType kType, int R, int T>
 void matmul_block(const float* x, int64_t cols, const void* w, int64_t rows, int64_t r0, int64_t t0,
                   const float* bias, float* y) {
   using Reg = typename V::Reg;
-  Reg acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = V::zero();
+  Reg acc[R * T];  // row r, token t at r · T + t
+  for (int i = 0; i < R * T; ++i) acc[i] = V::zero();
   const int64_t full = cols / 16 * 16;
   for (int64_t i = 0; i < full; i += 16) {
     Reg wv[R];
     for (int r = 0; r < R; ++r) wv[r] = load_weights<V, kType>(w, (r0 + r) * cols + i);
     for (int t = 0; t < T; ++t) {
       const Reg xv = V::load(x + (t0 + t) * cols + i);
-      for (int r = 0; r < R; ++r) acc[r][t] = V::fma(xv, wv[r], acc[r][t]);
+      for (int r = 0; r < R; ++r) acc[r * T + t] = V::fma(xv, wv[r], acc[r * T + t]);
     }
   }
   if (full < cols) {
@@ -77,12 +88,14 @@ void matmul_block(const float* x, int64_t cols, const void* w, int64_t rows, int
     for (int r = 0; r < R; ++r) wv[r] = load_weights_tail<V, kType>(w, (r0 + r) * cols + full, n);
     for (int t = 0; t < T; ++t) {
       const Reg xv = load_tail<V>(x + (t0 + t) * cols + full, n);
-      for (int r = 0; r < R; ++r) acc[r][t] = V::fma(xv, wv[r], acc[r][t]);
+      for (int r = 0; r < R; ++r) acc[r * T + t] = V::fma(xv, wv[r], acc[r * T + t]);
     }
   }
+  float dot[R * T];
+  sums<V, R * T>(acc, dot);
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t)
-      y[(t0 + t) * rows + r0 + r] = V::sum(acc[r][t]) + (bias != nullptr ? bias[r0 + r] : 0.0f);
+      y[(t0 + t) * rows + r0 + r] = dot[r * T + t] + (bias != nullptr ? bias[r0 + r] : 0.0f);
 }
 
 template <class V, WeightType kType>
@@ -144,7 +157,7 @@ void dots_block(const float* q, const Bf16Rows& k, int64_t j, int n, float* out)
     const Reg qv = load_tail<V>(q + full, n - full);
     for (int r = 0; r < R; ++r) acc[r] = V::fma(qv, load_bf16_tail<V>(rows[r] + full, n - full), acc[r]);
   }
-  for (int r = 0; r < R; ++r) out[r] = V::sum(acc[r]);
+  sums<V, R>(acc, out);
 }
 
 template <class V>

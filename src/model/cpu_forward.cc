@@ -131,6 +131,12 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
   const cpu::VectorView no_bias;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
 
+  // Each row's position: its sequence's first new one, then on.
+  std::vector<int64_t> positions(static_cast<size_t>(total));
+  for (size_t i = 0; i < batch.size(); ++i)
+    for (int64_t t = 0; t < at[i].rows; ++t)
+      positions[static_cast<size_t>(at[i].first_row + t)] = static_cast<int64_t>(batch[i].first_new) + t;
+
   // The residual stream of the new tokens: their embedding rows.
   std::vector<float> h(static_cast<size_t>(total * hidden));
   for (size_t i = 0; i < batch.size(); ++i)
@@ -159,13 +165,8 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
       cpu::rms_norm(k.data(), total * s.num_kv_heads, s.head_dim, l.k_norm, s.rms_norm_eps, k.data(), true);
       store(q), store(k);
     }
-    for (size_t i = 0; i < batch.size(); ++i)
-      for (int64_t t = 0; t < at[i].rows; ++t) {
-        const auto position = static_cast<int64_t>(batch[i].first_new) + t;
-        const int64_t row = at[i].first_row + t;
-        cpu::apply_rope(q.data() + row * q_out, s.num_heads, s.head_dim, position, s.rope);
-        cpu::apply_rope(k.data() + row * kv_out, s.num_kv_heads, s.head_dim, position, s.rope);
-      }
+    cpu::apply_rope_rows(q.data(), k.data(), total, positions.data(), s.num_heads, s.num_kv_heads, s.head_dim,
+                         s.rope);
     store(q), store(k);
 
     // Each sequence's new K and V into their L1 slots; attention then reads
@@ -205,7 +206,7 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
     cpu::matmul(attn.data(), total, l.o_proj, all_reduce ? no_bias : l.o_bias, o.data());
     store(o);
     if (all_reduce) HIQ_RETURN_IF_ERROR(all_reduce(o, l.o_bias));
-    for (size_t e = 0; e < h.size(); ++e) h[e] += o[e];
+    cpu::add_into(h.data(), o.data(), h.size());
     store(h);
 
     cpu::rms_norm(h.data(), total, hidden, l.post_attention_norm, s.rms_norm_eps, x.data(), true);
@@ -218,7 +219,7 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
     cpu::matmul(gate.data(), total, l.down_proj, no_bias, o.data());
     store(o);
     if (all_reduce) HIQ_RETURN_IF_ERROR(all_reduce(o, no_bias));
-    for (size_t e = 0; e < h.size(); ++e) h[e] += o[e];
+    cpu::add_into(h.data(), o.data(), h.size());
     store(h);
   }
   std::vector<std::vector<float>> logits(batch.size());

@@ -22,6 +22,7 @@ struct Avx2Lanes {
   };
   static constexpr int kTokens = 4;  // 8 accumulators of 16 lanes would take all 16 registers
   static constexpr int kRows = 4;
+  static constexpr int kTokenBlockRows = 1;
 
   static Reg zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static Reg broadcast(float f) { return {_mm256_set1_ps(f), _mm256_set1_ps(f)}; }
@@ -44,6 +45,7 @@ struct Avx2Lanes {
     const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                             // l + (l + 2)
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                     // 0 + 1
   }
+  static void keep_in_register(Reg& a) { asm("" : "+x"(a.lo), "+x"(a.hi)); }
   static void store(float* p, const Reg& a) {
     _mm256_storeu_ps(p, a.lo);
     _mm256_storeu_ps(p + 8, a.hi);

@@ -19,6 +19,7 @@ struct Avx512Lanes {
   using Reg = __m512;
   static constexpr int kTokens = 8;  // 8 accumulators, a weight register and room to spare of 32
   static constexpr int kRows = 8;
+  static constexpr int kTokenBlockRows = 2;  // 16 accumulators: each token's x is loaded once for two rows
 
   static Reg zero() { return _mm512_setzero_ps(); }
   static Reg broadcast(float f) { return _mm512_set1_ps(f); }
@@ -39,6 +40,8 @@ struct Avx512Lanes {
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                     // 0 + 1
   }
   static void store(float* p, Reg a) { _mm512_storeu_ps(p, a); }
+  // The compiler would otherwise fold the load into each multiply-add, loading it once per use.
+  static void keep_in_register(Reg& a) { asm("" : "+v"(a)); }
   // Eight sums side by side, each the tree sum() computes: the same additions
   // of the same lanes, with the registers' halves, quarters and pairs moved
   // next to each other first.

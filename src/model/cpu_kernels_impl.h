@@ -8,12 +8,15 @@
 //
 // V provides, all on 16 lanes:
 //   Reg                                  the register type
-//   kTokens, kRows                       the micro-kernels' blocks (registers allow)
+//   kTokens, kRows, kTokenBlockRows      the micro-kernels' blocks (registers allow):
+//                                        kTokenBlockRows rows × kTokens tokens, or
+//                                        kRows rows × 1 token
 //   zero(), broadcast(f)
 //   load(const float*), load_bf16(const uint16_t*), load_f16(const uint16_t*)
 //   fma(a, b, c)                         a · b + c, rounded once, per lane
 //   sum(r)                               the tree of cpu_kernels.h
 //   store(float*, r)
+//   keep_in_register(r)                  a hint: r is used several times, load it once
 // and may provide sum8(const Reg* eight, float* out): eight sums, each that
 // tree, computed side by side.
 //
@@ -72,13 +75,18 @@ void matmul_block(const float* x, int64_t cols, const void* w, int64_t rows, int
                   const float* bias, float* y) {
   using Reg = typename V::Reg;
   Reg acc[R * T];  // row r, token t at r · T + t
+#pragma GCC unroll 64
   for (int i = 0; i < R * T; ++i) acc[i] = V::zero();
   const int64_t full = cols / 16 * 16;
   for (int64_t i = 0; i < full; i += 16) {
     Reg wv[R];
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) wv[r] = load_weights<V, kType>(w, (r0 + r) * cols + i);
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
-      const Reg xv = V::load(x + (t0 + t) * cols + i);
+      Reg xv = V::load(x + (t0 + t) * cols + i);
+      if constexpr (R > 1) V::keep_in_register(xv);  // one load for every row's multiply-add
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[r * T + t] = V::fma(xv, wv[r], acc[r * T + t]);
     }
   }
@@ -104,12 +112,17 @@ void matmul_rows_typed(const float* x, int64_t m, const MatrixView& w, int64_t f
   const int64_t cols = w.cols, rows = w.rows;
   // Rows in groups whose weights (about 256 KiB) stay in the core's cache
   // while every block of tokens passes over them.
-  const int64_t group = std::max<int64_t>(V::kRows, (int64_t{256} << 10) / (cols * weight_bytes<kType>()));
+  const int64_t group = std::max<int64_t>(V::kRows * V::kTokenBlockRows,
+                                          (int64_t{256} << 10) / (cols * weight_bytes<kType>()));
   for (int64_t g0 = first_row; g0 < last_row; g0 += group) {
     const int64_t g1 = std::min(last_row, g0 + group);
     int64_t t = 0;
-    for (; t + V::kTokens <= m; t += V::kTokens)
-      for (int64_t r = g0; r < g1; ++r) matmul_block<V, kType, 1, V::kTokens>(x, cols, w.data, rows, r, t, bias, y);
+    for (; t + V::kTokens <= m; t += V::kTokens) {
+      constexpr int kR = V::kTokenBlockRows;
+      int64_t r = g0;
+      for (; r + kR <= g1; r += kR) matmul_block<V, kType, kR, V::kTokens>(x, cols, w.data, rows, r, t, bias, y);
+      for (; r < g1; ++r) matmul_block<V, kType, 1, V::kTokens>(x, cols, w.data, rows, r, t, bias, y);
+    }
     // The tokens left (all of a decode step's): several rows at a time instead.
     for (; t < m; ++t) {
       int64_t r = g0;
@@ -144,13 +157,16 @@ void dots_block(const float* q, const Bf16Rows& k, int64_t j, int n, float* out)
   using Reg = typename V::Reg;
   const uint16_t* rows[R];
   Reg acc[R];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     rows[r] = k.row(j + r);
     acc[r] = V::zero();
   }
   const int full = n / 16 * 16;
   for (int i = 0; i < full; i += 16) {
-    const Reg qv = V::load(q + i);
+    Reg qv = V::load(q + i);
+    if constexpr (R > 1) V::keep_in_register(qv);
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[r] = V::fma(qv, V::load_bf16(rows[r] + i), acc[r]);
   }
   if (full < n) {

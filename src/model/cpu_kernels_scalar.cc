@@ -20,6 +20,7 @@ struct ScalarLanes {
   };
   static constexpr int kTokens = 4;
   static constexpr int kRows = 4;
+  static constexpr int kTokenBlockRows = 1;
 
   static Reg zero() { return broadcast(0.0f); }
   static Reg broadcast(float f) {
@@ -54,6 +55,7 @@ struct ScalarLanes {
     return (s4[0] + s4[2]) + (s4[1] + s4[3]);
   }
   static void store(float* p, const Reg& a) { std::copy(a.v, a.v + 16, p); }
+  static void keep_in_register(Reg&) {}
 };
 
 }  // namespace

@@ -82,6 +82,24 @@ void silu_mul(const float* gate, const float* up, size_t n, float* out) {
   });
 }
 
+void add_into(float* x, const float* y, size_t n) {
+  parallel_for(static_cast<int64_t>(n), kParallelElements, [&](int64_t first, int64_t last) {
+    for (auto i = static_cast<size_t>(first); i < static_cast<size_t>(last); ++i) x[i] += y[i];
+  });
+}
+
+void apply_rope_rows(float* q, float* k, int64_t tokens, const int64_t* positions, int heads, int kv_heads,
+                     int head_dim, const RopeTable& table) {
+  const int64_t q_row = int64_t{heads} * head_dim, k_row = int64_t{kv_heads} * head_dim;
+  // A row's rotation costs a sine and a cosine per frequency: a few rows a range.
+  parallel_for(tokens, kParallelElements / (8 * (q_row + k_row)) + 1, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) {
+      apply_rope(q + t * q_row, heads, head_dim, positions[t], table);
+      apply_rope(k + t * k_row, kv_heads, head_dim, positions[t], table);
+    }
+  });
+}
+
 void apply_rope(float* x, int heads, int head_dim, int64_t position, const RopeTable& table) {
   const int half = head_dim / 2;
   HIQ_CHECK(static_cast<int>(table.inv_freq.size()) == half);

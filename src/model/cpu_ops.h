@@ -48,11 +48,20 @@ void rms_norm(const float* x, int64_t m, int64_t n, const VectorView& weight, fl
 // out = silu(gate) · up, elementwise; out may alias either input.
 void silu_mul(const float* gate, const float* up, size_t n, float* out);
 
+// x[i] += y[i], elementwise (the residual stream taking a layer's output).
+void add_into(float* x, const float* y, size_t n);
+
 // Rotates `heads` vectors of head_dim at `position` in place, the "rotate
 // half" convention of Qwen/Llama checkpoints: for i < d/2, with
 // θ = position · inv_freq[i] and s = table.attention_scale,
 //   x'[i] = x[i]·cos θ·s − x[i + d/2]·sin θ·s,  x'[i + d/2] = x[i + d/2]·cos θ·s + x[i]·sin θ·s.
 void apply_rope(float* x, int heads, int head_dim, int64_t position, const RopeTable& table);
+
+// apply_rope to q and k of `tokens` rows ([tokens][heads·head_dim] and
+// [tokens][kv_heads·head_dim]), row t at positions[t], the rows shared out
+// across threads.
+void apply_rope_rows(float* q, float* k, int64_t tokens, const int64_t* positions, int heads, int kv_heads,
+                     int head_dim, const RopeTable& table);
 
 // Causal grouped-query attention. q: [n_q][heads][head_dim] at positions
 // first_position … first_position + n_q − 1; k, v: BF16 rows (as L1 holds

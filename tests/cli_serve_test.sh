@@ -97,6 +97,15 @@ ok("/v1/models without the key: 401 in OpenAI's shape")
 models = json.loads(call("GET", "/v1/models")[1])
 assert models["data"][0]["id"] == "tiny-qwen3", models
 ok("/v1/models lists tiny-qwen3")
+one = json.loads(call("GET", "/v1/models/tiny-qwen3")[1])
+assert one == models["data"][0], (one, models)
+err = error_of(*call("GET", "/v1/models/other-model"), 404)
+assert err["code"] == "model_not_found" and err["param"] == "model", err
+assert error_of(*call("GET", "/v1/models/tiny-qwen3", headers={}), 401)["code"] == "invalid_api_key"
+ok("/v1/models/{id}: the served model, a 404 in OpenAI's shape for another, the key checked")
+assert json.loads(call("GET", "/v1/models", headers={"Authorization": "bearer secret"})[1])["object"] == "list"
+assert error_of(*call("GET", "/v1/models", headers={"Authorization": "Bearer secre"}), 401)["code"] == "invalid_api_key"
+ok("the Bearer scheme's name in any case; a wrong key still 401")
 
 # Greedy token ids equal hiq generate's (no server, no cache), twice: the
 # second time the prompt's KV comes from the cache.
@@ -500,6 +509,13 @@ status, body = completion({"prompt": list(range(10, 300)), "max_tokens": 100, "t
 assert status == 200 and body["usage"]["completion_tokens"] == 10 and body["choices"][0]["finish_reason"] == "length", body
 status, body = completion({"prompt": list(range(10, 310)), "max_tokens": 1})
 assert status == 400 and "context of 300" in body["error"]["message"], body
+assert body["error"]["code"] == "context_length_exceeded" and body["error"]["param"] == "prompt", body
+try:
+    post({"messages": [{"role": "user", "content": "Où est la bibliothèque ? " * 60}], "max_tokens": 1})
+    raise AssertionError("a chat over the context was answered")
+except urllib.error.HTTPError as e:
+    err = json.loads(e.read())["error"]
+    assert e.code == 400 and err["code"] == "context_length_exceeded" and err["param"] == "messages", err
 print("ok   the model's max_position_embeddings bounds prompt + output (max_model_len 300 with 512 L1 slots)")
 PY
 kill -TERM "$CHAT_PID"

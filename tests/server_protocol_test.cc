@@ -671,6 +671,17 @@ TEST(ProtocolErrors, ParamComesFromTheMessagePrefix) {
   EXPECT_EQ(protocol_error(not_found("no such route")).code, "");
 }
 
+// A prompt that leaves no room to generate carries OpenAI's code, which
+// clients look for to trim the conversation; other 400s do not.
+TEST(ProtocolErrors, APromptOverTheContextGetsContextLengthExceeded) {
+  const ProtocolError e = protocol_error(invalid_argument(
+      "parameter 'messages': 310 tokens " + std::string(kContextLengthExceeded) + " 300"));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_EQ(e.code, "context_length_exceeded");
+  EXPECT_EQ(protocol_error(invalid_argument("parameter 'prompt': the prompt has no tokens")).code, "");
+}
+
 TEST(ProtocolErrors, BodyHasOpenAisShape) {
   const json with_param = json::parse(error_body(
       {.http_status = 400, .type = "invalid_request_error", .param = "top_p", .message = "bad \"x\"\n", .code = ""}));
@@ -742,6 +753,30 @@ TEST(OpenAiResponse, Completion) {
   EXPECT_TRUE(c.at("logprobs").is_null());
   EXPECT_EQ(c.at("finish_reason"), "length");
   expect_usage(j.at("usage"));
+}
+
+// Completions' top_logprobs always hold the sampled token, as OpenAI's do (up
+// to logprobs + 1 entries), so a client can look its own token up; chat keeps
+// the sampled token apart and its list at the top k.
+TEST(OpenAiResponse, CompletionTopLogprobsHoldTheSampledToken) {
+  const auto entry = [](std::string token, float logprob, std::vector<LogprobToken> top) {
+    LogprobEntry e;
+    e.chosen = {std::move(token), logprob};
+    e.top = std::move(top);
+    return e;
+  };
+  Choice c = choice("ab");
+  c.logprobs = std::vector<LogprobEntry>{entry("a", -0.5f, {{"a", -0.5f}, {"z", -1.0f}}),  // sampled among the top
+                                         entry("b", -3.0f, {{"y", -0.25f}}),                // sampled outside it
+                                         entry("c", -0.125f, {})};                          // logprobs: 0
+  const json j = json::parse(completion_response(kMeta, std::span(&c, 1), kUsage));
+  const json& tops = j["choices"][0]["logprobs"]["top_logprobs"];
+  ASSERT_EQ(tops.size(), 3u) << tops.dump();
+  EXPECT_EQ(tops[0], json({{"a", -0.5}, {"z", -1.0}}));
+  EXPECT_EQ(tops[1], json({{"y", -0.25}, {"b", -3.0}}));
+  EXPECT_EQ(tops[2], json({{"c", -0.125}}));
+  const json chat = json::parse(chat_response(kMeta, std::span(&c, 1), kUsage));
+  EXPECT_EQ(chat["choices"][0]["logprobs"]["content"][1]["top_logprobs"].size(), 1u);
 }
 
 TEST(OpenAiResponse, CompletionKeyOrderIsOpenAis) {

@@ -384,8 +384,24 @@ struct HttpServer::Impl {
     return registry.render();
   }
 
+  // The served model as /v1/models describes it.
+  nlohmann::json model_object() const {
+    return {{"id", stack.model_name()},          {"object", "model"},
+            {"created", started_at},             {"owned_by", "hiq"},
+            {"root", stack.model_name()},        {"max_model_len", stack.context_tokens()},
+            {"vocab_size", stack.vocab_size()}};
+  }
+
   bool authorized(const httplib::Request& req, httplib::Response& res) {
-    if (options.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + options.api_key) return true;
+    if (options.api_key.empty()) return true;
+    // "Bearer <key>", the scheme's name in any case (RFC 7235).
+    const std::string header = req.get_header_value("Authorization");
+    constexpr std::string_view kScheme = "bearer ";
+    const bool bearer = header.size() > kScheme.size() &&
+                        std::equal(kScheme.begin(), kScheme.end(), header.begin(), [](char a, char b) {
+                          return a == std::tolower(static_cast<unsigned char>(b));
+                        });
+    if (bearer && std::string_view(header).substr(kScheme.size()) == options.api_key) return true;
     openai::ProtocolError e;
     e.http_status = 401;
     e.type = "invalid_request_error";
@@ -458,13 +474,14 @@ struct HttpServer::Impl {
       request.prompt_logprobs = r.echo && r.params.logprobs >= 0;
     }
     if (tokenizer == nullptr) job.token_mode = true;
-    if (request.prompt.empty()) return invalid_argument("parameter 'prompt': the prompt has no tokens");
+    const std::string prompt_param = chat ? "parameter 'messages': " : "parameter 'prompt': ";
+    if (request.prompt.empty()) return invalid_argument(prompt_param + "the prompt has no tokens");
     const size_t context = stack.context_tokens();
     if (request.prompt.size() >= context)
-      return invalid_argument("parameter 'prompt': " + std::to_string(request.prompt.size()) +
-                              " tokens leave no room to generate in a context of " + std::to_string(context));
+      return invalid_argument(prompt_param + std::to_string(request.prompt.size()) + " tokens " +
+                              std::string(openai::kContextLengthExceeded) + " " + std::to_string(context));
     if (static_cast<int>(request.prompt.size()) > options.limits.max_prompt_tokens)
-      return out_of_range("parameter 'prompt': " + std::to_string(request.prompt.size()) +
+      return out_of_range(prompt_param + std::to_string(request.prompt.size()) +
                           " tokens, more than the limit of " + std::to_string(options.limits.max_prompt_tokens));
     request.max_new_tokens =
         static_cast<int>(std::min<size_t>(static_cast<size_t>(job.params.max_tokens), context - request.prompt.size()));
@@ -888,12 +905,18 @@ struct HttpServer::Impl {
     });
     server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
-      const nlohmann::json body = {
-          {"object", "list"},
-          {"data", {{{"id", stack.model_name()}, {"object", "model"}, {"created", started_at}, {"owned_by", "hiq"},
-                     {"root", stack.model_name()}, {"max_model_len", stack.context_tokens()},
-                     {"vocab_size", stack.vocab_size()}}}}};
+      const nlohmann::json body = {{"object", "list"}, {"data", {model_object()}}};
       res.set_content(body.dump(), "application/json");
+    });
+    // One model by its id (OpenAI's models.retrieve): the served one, or a 404.
+    server.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      if (req.matches[1] != stack.model_name()) {
+        write_status(res, not_found("parameter 'model': '" + std::string(req.matches[1]) +
+                                    "' is not served here; this server has '" + stack.model_name() + "'"));
+        return;
+      }
+      res.set_content(model_object().dump(), "application/json");
     });
     // Bodies are read by the handlers (read_body), so that one limit holds
     // whatever the framing or content type.

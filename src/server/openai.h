@@ -160,6 +160,9 @@ struct ProtocolError {
 // everything else (and OK, which is a caller bug) 500. `param` comes from a
 // message that starts with "parameter '<name>'".
 ProtocolError protocol_error(const Status& status, int resource_exhausted_status = 503);
+// The words of the refusal of a prompt that leaves no room to generate: with
+// them, protocol_error() gives OpenAI's code "context_length_exceeded".
+inline constexpr std::string_view kContextLengthExceeded = "leave no room to generate in a context of";
 
 // {"error": {"message": ..., "type": ..., "param": ... | null, "code": ... | null}}
 std::string error_body(const ProtocolError& error);

@@ -79,8 +79,11 @@ ordered_json completion_logprobs(const std::vector<LogprobEntry>& entries, size_
     if (!e.has_logprob) {
       tops.push_back(nullptr);
     } else {
+      // The sampled token is always among them, as OpenAI's are (up to
+      // logprobs + 1 entries): a client may look its own token up.
       ordered_json top = ordered_json::object();
       for (const LogprobToken& t : e.top) top[t.token] = wire_logprob(t.logprob);
+      if (!top.contains(e.chosen.token)) top[e.chosen.token] = wire_logprob(e.chosen.logprob);
       tops.push_back(std::move(top));
     }
     offsets.push_back(offset);
@@ -203,6 +206,8 @@ ProtocolError protocol_error(const Status& status, int resource_exhausted_status
     if (end != std::string::npos) e.param = status.message().substr(kPrefix.size(), end - kPrefix.size());
   }
   if (e.http_status == 404 && e.param == "model") e.code = "model_not_found";
+  if (e.http_status == 400 && status.message().find(kContextLengthExceeded) != std::string::npos)
+    e.code = "context_length_exceeded";
   return e;
 }
 

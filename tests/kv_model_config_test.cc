@@ -218,6 +218,18 @@ TEST(ConfigJson, MissingKvHeadsDefaultsToAttentionHeads) {
   EXPECT_EQ(g->k_head_dim, 64);
 }
 
+// config.json follows the one policy for model files: a key given twice is
+// refused (naming it and the file), as every reader of the directory does.
+TEST(ConfigJson, AKeyGivenTwiceIsRefused) {
+  const auto c = parse_hf_config(
+      R"({"model_type": "mistral", "num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64, )"
+      R"("rms_norm_eps": 1e-6, "rms_norm_eps": 1e-5})",
+      "test/config.json");
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("test/config.json"), std::string::npos) << c.status().to_string();
+  EXPECT_NE(c.status().message().find("rms_norm_eps"), std::string::npos) << c.status().to_string();
+}
+
 TEST(ConfigJson, Dtypes) {
   constexpr std::string_view kBase =
       R"({"model_type": "mistral", "num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64, )";
@@ -232,7 +244,7 @@ TEST(ConfigJson, Dtypes) {
   EXPECT_EQ(dtype_of(R"("torch_dtype": "float16"})"), CheckpointDtype::kF16);  // older transformers
   EXPECT_EQ(dtype_of(R"("dtype": "bfloat16"})"), CheckpointDtype::kBf16);
   EXPECT_EQ(dtype_of(R"("torch_dtype": "float32"})"), CheckpointDtype::kF32);
-  EXPECT_EQ(dtype_of(R"("head_dim": 64})"), CheckpointDtype::kBf16);  // absent: bfloat16
+  EXPECT_EQ(dtype_of(R"("vocab_size": 32000})"), CheckpointDtype::kBf16);  // absent: bfloat16
   // The newer key wins when both are present.
   EXPECT_EQ(dtype_of(R"("dtype": "float16", "torch_dtype": "bfloat16"})"), CheckpointDtype::kF16);
   // A null "dtype" is absent: "torch_dtype" decides.

@@ -272,10 +272,24 @@ TEST(ModelConfig, RefusesIncompleteOrOutOfRangeScaling) {
   expect_config_error(with(kLlama31_8B, {{"rope_scaling", inverted}}), {"'rope_scaling.high_freq_factor'"});
   expect_config_error(with(kQwen3_8B, {{"rope_scaling", {{"rope_type", "yarn"}}}}), {"'rope_scaling.factor'"});
   expect_config_error(with(kQwen3_8B, {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", -2.0}}}}),
-                      {"'rope_scaling.factor'", "positive"});
+                      {"'rope_scaling.factor'", "at least 1"});
   expect_config_error(with(kQwen3_8B, {{"rope_parameters", {{"rope_type", "yarn"}, {"factor", 0}}}}),
-                      {"'rope_parameters.factor'", "positive"});
-  expect_config_error(with(kQwen3_8B, {{"rope_theta", -1}}), {"'rope_theta'", "positive"});
+                      {"'rope_parameters.factor'", "at least 1"});
+  // What the rotary tables need is refused with the file and the field, not
+  // later by the table's own checks: a factor below 1, beta_fast ≤ beta_slow,
+  // a base of 1 or less, a context past 2^31 positions.
+  expect_config_error(with(kQwen3_8B, {{"rope_parameters", {{"rope_type", "yarn"}, {"factor", 0.5}}}}),
+                      {"test/config.json", "'rope_parameters.factor'", "at least 1"});
+  expect_config_error(
+      with(kQwen3_8B, {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 1}, {"beta_slow", 32}}}}),
+      {"test/config.json", "'rope_scaling.beta_fast'", "above beta_slow"});
+  json small = llama3;
+  small["factor"] = 0.5;
+  expect_config_error(with(kLlama31_8B, {{"rope_scaling", small}}), {"'rope_scaling.factor'", "at least 1"});
+  expect_config_error(with(kQwen3_8B, {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 1e300}}}}),
+                      {"test/config.json", "2^31 positions"});
+  for (const double theta : {-1.0, 0.5, 1.0})
+    expect_config_error(with(kQwen3_8B, {{"rope_theta", theta}}), {"test/config.json", "'rope_theta'", "above 1"});
   expect_config_error(with(kQwen3_8B, {{"rope_theta", "big"}}), {"'rope_theta'", "number"});
 }
 
@@ -636,6 +650,19 @@ TEST(BindWeights, ReportsWrongShapesWithTheirFile) {
   write_and_bind(b, tiny_config("llama", false), tensors, /*shards=*/2);
   expect_error(b.weights, StatusCode::kInvalidArgument,
                {"model.layers.1.mlp.up_proj.weight", "[16, 24]", "expected [24, 16]", "-of-00002.safetensors"});
+}
+
+// A layer count past the checkpoint's (a typo, or a file crafted to make the
+// loader build millions of names) is refused at once, naming both counts.
+TEST(BindWeights, RefusesMoreLayersThanTheCheckpointHoldsAtOnce) {
+  const ModelConfig config = tiny("qwen3", false);
+  const auto tensors = testing::model_tensors(config);
+  for (int layers : {3, 1 << 24}) {
+    Bound b;
+    write_and_bind(b, tiny_config("qwen3", false, {{"num_hidden_layers", layers}}), tensors);
+    expect_error(b.weights, StatusCode::kNotFound,
+                 {"config.json says " + std::to_string(layers) + " layers", "tensors of 2", "model.layers.0 to 1"});
+  }
 }
 
 TEST(BindWeights, ListsAtMostEightNames) {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_input.h"
 #include "kv/config_reader.h"
 
 namespace hiq {
@@ -192,10 +193,13 @@ std::string_view checkpoint_dtype_name(CheckpointDtype dtype) {
 }
 
 Result<HfConfig> parse_hf_config(std::string_view json_text, std::string_view source) {
-  // Duplicate keys are left to nlohmann, which keeps the last one, as Python's
-  // json module (and so transformers) does.
-  json config = json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded()) return invalid_argument(std::string(source) + ": not valid JSON");
+  // The one policy for model files (core/json_input.h): bounded nesting, and a
+  // key given twice is refused (which value was meant?) — as every other
+  // reader of the directory's files, so `hiq generate` and `hiq serve` take
+  // or refuse the same config.json.
+  Result<json> parsed = parse_strict_json(json_text, source, /*max_nesting=*/64);
+  if (!parsed.is_ok()) return invalid_argument(parsed.status().message());
+  json config = std::move(*parsed);
   if (!config.is_object()) return invalid_argument(std::string(source) + ": expected a JSON object");
   const ConfigReader reader(config, source);
 

@@ -70,17 +70,18 @@ Status check_rope_scaling(const RopeScaling& s, const std::string& source, const
     case RopeScaling::Kind::kNone:
       break;
     case RopeScaling::Kind::kLlama3:
-      if (!positive(s.factor)) return error("factor", "must be positive");
+      if (!positive(s.factor) || !(s.factor >= 1)) return error("factor", "must be at least 1");
       if (!positive(s.low_freq_factor)) return error("low_freq_factor", "must be positive");
       if (!positive(s.high_freq_factor) || !(s.high_freq_factor > s.low_freq_factor))
         return error("high_freq_factor", "must be above low_freq_factor");
       if (s.original_max_position_embeddings <= 0) return error("original_max_position_embeddings", "must be positive");
       break;
     case RopeScaling::Kind::kYarn:
-      if (!positive(s.factor)) return error("factor", "must be positive");
+      if (!positive(s.factor) || !(s.factor >= 1)) return error("factor", "must be at least 1");
       if (s.original_max_position_embeddings < 0) return error("original_max_position_embeddings", "must be positive");
       if (!positive(s.beta_fast)) return error("beta_fast", "must be positive");
       if (!positive(s.beta_slow)) return error("beta_slow", "must be positive");
+      if (!(s.beta_fast > s.beta_slow)) return error("beta_fast", "must be above beta_slow");
       if (!(s.mscale >= 0) || !std::isfinite(s.mscale)) return error("mscale", "must be zero or positive");
       if (!(s.mscale_all_dim >= 0) || !std::isfinite(s.mscale_all_dim))
         return error("mscale_all_dim", "must be zero or positive");
@@ -243,7 +244,15 @@ Status ModelConfig::validate() const {
     return error("head_dim", "× num_attention_heads exceeds 2^24");
   if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps))
     return error("rms_norm_eps", "must be a positive number");
-  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) return error("rope_theta", "must be positive");
+  if (!(rope_theta > 1) || !std::isfinite(rope_theta)) return error("rope_theta", "must be a number above 1");
+  // The context a yarn factor gives (context_length()) must be a count of positions.
+  if (rope_scaling.kind == RopeScaling::Kind::kYarn) {
+    const double original = rope_scaling.original_max_position_embeddings > 0
+                                ? static_cast<double>(rope_scaling.original_max_position_embeddings)
+                                : static_cast<double>(max_position_embeddings);
+    if (!(original * rope_scaling.factor < 2147483648.0))
+      return error("rope_scaling", "yarn's factor × original_max_position_embeddings exceeds 2^31 positions");
+  }
   if (qk_norm != (architecture == ModelArchitecture::kQwen3))
     return error("model_type", "qk_norm must be set for qwen3 and only for it");
 

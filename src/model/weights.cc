@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <set>
 #include <string_view>
@@ -78,9 +79,34 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   return specs;
 }
 
+namespace {
+
+// One past the highest layer index among the checkpoint's "model.layers.<n>."
+// tensor names (0: none).
+int64_t stored_layers(const Checkpoint& checkpoint) {
+  constexpr std::string_view kPrefix = "model.layers.";
+  int64_t layers = 0;
+  for (const std::string& name : checkpoint.names()) {
+    if (!name.starts_with(kPrefix)) continue;
+    int64_t index = 0;
+    const char* first = name.data() + kPrefix.size();
+    const auto [end, error] = std::from_chars(first, name.data() + name.size(), index);
+    if (error == std::errc() && end != first && *end == '.') layers = std::max(layers, index + 1);
+  }
+  return layers;
+}
+
+}  // namespace
+
 Result<ModelWeights> bind_weights(const ModelConfig& config, const Checkpoint& checkpoint) {
-  const std::vector<TensorSpec> specs = expected_tensors(config);
   const std::string where = checkpoint.directory() + " (for " + config.source + ")";
+  // A layer count past the checkpoint's is refused before a name is made for
+  // every tensor it implies (a million layers would be gigabytes of names).
+  if (const int64_t stored = stored_layers(checkpoint); config.num_layers > stored)
+    return not_found(where + ": config.json says " + std::to_string(config.num_layers) +
+                     " layers (num_hidden_layers) but the checkpoint holds tensors of " + std::to_string(stored) +
+                     (stored > 0 ? " (model.layers.0 to " + std::to_string(stored - 1) + ")" : ""));
+  const std::vector<TensorSpec> specs = expected_tensors(config);
 
   std::vector<std::string> missing;
   for (const TensorSpec& spec : specs)

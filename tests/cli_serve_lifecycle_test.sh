@@ -60,7 +60,8 @@ refuse "--max-prompt-tokens" --max-prompt-tokens 0
 refuse "--max-body-bytes" --max-body-bytes 0
 refuse "--context-length" --context-length -1
 refuse "--max-tokens-limit" --max-tokens-limit 0
-refuse "--threads must be in [1, 4096]" --threads 0
+refuse "--threads must be in [1, 4096]" --threads -1
+refuse "--threads must be in [1, 4096]" --threads 5000
 refuse "--page-size must be in [1, 1048576]" --page-size 2000000
 refuse "--port must be in [0, 65535]" --port 70000
 refuse "--max-queued-requests must not be negative" --max-queued-requests -1

@@ -47,6 +47,7 @@ for _ in $(seq 1 200); do
 done
 PORT="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$TMP/log")"
 [[ -n "$PORT" ]] || { cat "$TMP/log" >&2; echo "FAIL: no port in the log" >&2; exit 1; }
+grep -q "(16 connections at once)" "$TMP/log" || { cat "$TMP/log" >&2; echo "FAIL: --threads 16 not applied" >&2; exit 1; }
 echo "ok   hiq serve listening on port $PORT"
 
 python3 - "$PORT" "$TMP/alone.json" <<'PY'
@@ -472,6 +473,9 @@ CHAT="$TMP/chat-model"
 CHAT_PID=$!
 for _ in $(seq 1 200); do grep -q "listening on" "$TMP/chat.log" && break; sleep 0.05; done
 CHAT_PORT="$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$TMP/chat.log")"
+# Without --threads: a thread for each of the 256 running requests, and 32 beside them.
+grep -q "(288 connections at once)" "$TMP/chat.log" || { cat "$TMP/chat.log" >&2; echo "FAIL: default --threads" >&2; exit 1; }
+echo "ok   --threads 0 (the default): --max-running-requests + 32 connections at once"
 python3 - "$CHAT_PORT" <<'PY'
 import json, sys, urllib.error, urllib.request
 base = f"http://127.0.0.1:{sys.argv[1]}"

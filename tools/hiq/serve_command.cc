@@ -36,6 +36,11 @@ int run_serve(ServeFlags& f, const ServeOnlyFlags& o) {
   auto& limits = f.http.limits;
   limits.default_chat_max_tokens = std::min(limits.default_chat_max_tokens, limits.max_max_tokens);
   limits.default_completion_max_tokens = std::min(limits.default_completion_max_tokens, limits.max_max_tokens);
+  // Each request in flight holds a connection's thread until it is answered:
+  // room for every running request, and for health checks, metrics and idle
+  // keep-alive connections beside them.
+  if (f.http.threads == 0)
+    f.http.threads = static_cast<int>(std::min<size_t>(4096, config->scheduler.max_running_requests + 32));
   const Status http = with_flag_names(f.http.validate(), {{"port", "--port"},
                                                           {"threads", "--threads"},
                                                           {"host", "--host"},
@@ -66,9 +71,9 @@ int run_serve(ServeFlags& f, const ServeOnlyFlags& o) {
   auto port = server.bind();
   if (!port) return report_error("serve", port.status());
   std::fprintf(stderr,
-               "hiq serve: listening on http://%s:%d — model %s, %s%s, context %zu tokens, L1 %zu tokens, L2 %zu "
-               "tokens (%s), %s\n",
-               f.http.host.c_str(), *port, (*stack)->model_name().c_str(), config->device.c_str(),
+               "hiq serve: listening on http://%s:%d (%d connections at once) — model %s, %s%s, context %zu tokens, "
+               "L1 %zu tokens, L2 %zu tokens (%s), %s\n",
+               f.http.host.c_str(), *port, f.http.threads, (*stack)->model_name().c_str(), config->device.c_str(),
                config->tp_size > 1 ? (", tp " + std::to_string(config->tp_size)).c_str() : "",
                (*stack)->context_tokens(), (*stack)->l1_slots(), (*stack)->host_capacity_tokens(),
                config->hicache ? f.host.codec.c_str() : "no host tier",
@@ -119,7 +124,9 @@ Subcommand add_serve_command(CLI::App& parent) {
       ->capture_default_str();
   app->add_option("--max-body-bytes", f->http.limits.max_body_bytes, "Largest request body accepted")
       ->capture_default_str();
-  app->add_option("--threads", f->http.threads, "Connections served at once")->capture_default_str();
+  f->http.threads = 0;
+  app->add_option("--threads", f->http.threads, "Connections served at once (0: --max-running-requests + 32)")
+      ->capture_default_str();
   auto o = std::make_shared<ServeOnlyFlags>();
   app->add_option("--log-level", o->log_level, "debug, info, warning, error or off")->capture_default_str();
   app->add_option("--shutdown-timeout", o->shutdown_timeout_s,

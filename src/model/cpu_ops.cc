@@ -23,8 +23,11 @@ float load(WeightType type, const void* data, int64_t i) {
 }
 
 // Multiply-adds a thread's share of a loop should have at least, so that
-// waking a worker costs little beside it.
-constexpr int64_t kParallelWork = int64_t{1} << 18;
+// handing it to a worker (who is watching for work: core/parallel.h) costs
+// little beside it. 2^15 is about 2 µs of the vector kernels; a decode step
+// of the small model on two cores took 0.58–0.64 ms at 2^14–2^16 against
+// 0.81 at 2^18, prefills the same (docs/benchmarks.md).
+constexpr int64_t kParallelWork = int64_t{1} << 15;
 // Elements a thread's share of an elementwise loop should have at least.
 constexpr int64_t kParallelElements = int64_t{1} << 15;
 

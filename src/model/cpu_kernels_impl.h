@@ -20,37 +20,30 @@
 // and may provide sum8(const Reg* eight, float* out): eight sums, each that
 // tree, computed side by side.
 //
-// Tails (fewer than 16 elements left) go through a zeroed 16-element copy, so
-// V needs no masked loads.
+// Tails (fewer than 16 elements left) go through a zeroed 16-element copy
+// (load_tail_as), so V needs no masked loads.
 
 namespace hiq::cpu::kernels {
 namespace {
 
-template <class V>
-typename V::Reg load_tail(const float* p, int n) {
-  alignas(64) float tmp[16] = {};
-  for (int i = 0; i < n; ++i) tmp[i] = p[i];
-  return V::load(tmp);
+// How a weight type is stored: BF16 and F16 as their 16 bits.
+template <WeightType kType>
+using Stored = std::conditional_t<kType == WeightType::kF32, float, uint16_t>;
+
+// 16 elements of a kType array from element i, widened to float.
+template <class V, WeightType kType>
+typename V::Reg load_as(const void* p, int64_t i) {
+  if constexpr (kType == WeightType::kBf16) return V::load_bf16(static_cast<const uint16_t*>(p) + i);
+  else if constexpr (kType == WeightType::kF16) return V::load_f16(static_cast<const uint16_t*>(p) + i);
+  else return V::load(static_cast<const float*>(p) + i);
 }
 
-// 16 weights of a row from element i, widened to float.
+// The n < 16 elements from element i, then zeros: a tail, through a zeroed copy.
 template <class V, WeightType kType>
-typename V::Reg load_weights(const void* w, int64_t i) {
-  if constexpr (kType == WeightType::kBf16) return V::load_bf16(static_cast<const uint16_t*>(w) + i);
-  else if constexpr (kType == WeightType::kF16) return V::load_f16(static_cast<const uint16_t*>(w) + i);
-  else return V::load(static_cast<const float*>(w) + i);
-}
-
-// The n < 16 weights from element i, then zeros.
-template <class V, WeightType kType>
-typename V::Reg load_weights_tail(const void* w, int64_t i, int n) {
-  if constexpr (kType == WeightType::kF32) {
-    return load_tail<V>(static_cast<const float*>(w) + i, n);
-  } else {
-    alignas(64) uint16_t tmp[16] = {};
-    for (int k = 0; k < n; ++k) tmp[k] = static_cast<const uint16_t*>(w)[i + k];
-    return kType == WeightType::kBf16 ? V::load_bf16(tmp) : V::load_f16(tmp);
-  }
+typename V::Reg load_tail_as(const void* p, int64_t i, int n) {
+  Stored<kType> chunk[16] = {};
+  std::copy_n(static_cast<const Stored<kType>*>(p) + i, n, chunk);
+  return load_as<V, kType>(chunk, 0);
 }
 
 // out[i] = sum(acc[i]) for i < N: by V::sum8 where V has it, eight at a time.
@@ -60,11 +53,6 @@ void sums(const typename V::Reg (&acc)[N], float* out) {
   if constexpr (requires(const typename V::Reg* eight, float* o) { V::sum8(eight, o); })
     for (; i + 8 <= N; i += 8) V::sum8(acc + i, out + i);
   for (; i < N; ++i) out[i] = V::sum(acc[i]);
-}
-
-template <WeightType kType>
-constexpr int64_t weight_bytes() {
-  return kType == WeightType::kF32 ? 4 : 2;
 }
 
 // y[t][r] for R rows from r0 and T tokens from t0: R · T dot products side by
@@ -81,7 +69,7 @@ void matmul_block(const float* x, int64_t cols, const void* w, int64_t rows, int
   for (int64_t i = 0; i < full; i += 16) {
     Reg wv[R];
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) wv[r] = load_weights<V, kType>(w, (r0 + r) * cols + i);
+    for (int r = 0; r < R; ++r) wv[r] = load_as<V, kType>(w, (r0 + r) * cols + i);
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       Reg xv = V::load(x + (t0 + t) * cols + i);
@@ -93,9 +81,9 @@ void matmul_block(const float* x, int64_t cols, const void* w, int64_t rows, int
   if (full < cols) {
     const int n = static_cast<int>(cols - full);
     Reg wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = load_weights_tail<V, kType>(w, (r0 + r) * cols + full, n);
+    for (int r = 0; r < R; ++r) wv[r] = load_tail_as<V, kType>(w, (r0 + r) * cols + full, n);
     for (int t = 0; t < T; ++t) {
-      const Reg xv = load_tail<V>(x + (t0 + t) * cols + full, n);
+      const Reg xv = load_tail_as<V, WeightType::kF32>(x, (t0 + t) * cols + full, n);
       for (int r = 0; r < R; ++r) acc[r * T + t] = V::fma(xv, wv[r], acc[r * T + t]);
     }
   }
@@ -113,7 +101,7 @@ void matmul_rows_typed(const float* x, int64_t m, const MatrixView& w, int64_t f
   // Rows in groups whose weights (about 256 KiB) stay in the core's cache
   // while every block of tokens passes over them.
   const int64_t group = std::max<int64_t>(V::kRows * V::kTokenBlockRows,
-                                          (int64_t{256} << 10) / (cols * weight_bytes<kType>()));
+                                          (int64_t{256} << 10) / (cols * int64_t{sizeof(Stored<kType>)}));
   for (int64_t g0 = first_row; g0 < last_row; g0 += group) {
     const int64_t g1 = std::min(last_row, g0 + group);
     int64_t t = 0;
@@ -143,14 +131,6 @@ void matmul_rows(const float* x, int64_t m, const MatrixView& w, int64_t first_r
   }
 }
 
-// The n < 16 BF16 values at p, then zeros.
-template <class V>
-typename V::Reg load_bf16_tail(const uint16_t* p, int n) {
-  alignas(64) uint16_t tmp[16] = {};
-  for (int i = 0; i < n; ++i) tmp[i] = p[i];
-  return V::load_bf16(tmp);
-}
-
 // out[j + r] = dot(q, k.row(j + r)) for R keys side by side.
 template <class V, int R>
 void dots_block(const float* q, const Bf16Rows& k, int64_t j, int n, float* out) {
@@ -170,8 +150,8 @@ void dots_block(const float* q, const Bf16Rows& k, int64_t j, int n, float* out)
     for (int r = 0; r < R; ++r) acc[r] = V::fma(qv, V::load_bf16(rows[r] + i), acc[r]);
   }
   if (full < n) {
-    const Reg qv = load_tail<V>(q + full, n - full);
-    for (int r = 0; r < R; ++r) acc[r] = V::fma(qv, load_bf16_tail<V>(rows[r] + full, n - full), acc[r]);
+    const Reg qv = load_tail_as<V, WeightType::kF32>(q, full, n - full);
+    for (int r = 0; r < R; ++r) acc[r] = V::fma(qv, load_tail_as<V, WeightType::kBf16>(rows[r], full, n - full), acc[r]);
   }
   sums<V, R>(acc, out);
 }
@@ -197,7 +177,7 @@ void weighted_sum(const float* p, const Bf16Rows& v, int64_t first, int64_t coun
       const uint16_t* vj = v.row(first + j) + d0;
       for (int g = 0; g < chunks; ++g) {
         const int left = n - d0 - g * 16;
-        const Reg vv = left >= 16 ? V::load_bf16(vj + g * 16) : load_bf16_tail<V>(vj + g * 16, left);
+        const Reg vv = left >= 16 ? V::load_bf16(vj + g * 16) : load_tail_as<V, WeightType::kBf16>(vj, g * 16, left);
         acc[g] = V::fma(pj, vv, acc[g]);
       }
     }

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "codec/numeric.h"
 #include "model/cpu_kernels.h"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "codec/numeric.h"
@@ -160,7 +161,17 @@ void merge_block(KeyBlock& state, float* out, const KeyBlock& b, const float* o,
   for (int d = 0; d < head_dim; ++d) out[d] = out[d] * alpha + o[d] * beta;
 }
 
-void normalize_row(const KeyBlock& state, float* out, int head_dim) {
+// A row's output over `visible` keys from its blocks in order (cpu_ops.h):
+// block(b) gives block b's (max, sum) and its o_b, which stays valid until
+// the next call.
+template <class BlockFn>
+void merge_row(float* out, int64_t visible, int head_dim, BlockFn&& block) {
+  auto [state, o] = block(0);
+  std::copy_n(o, head_dim, out);
+  for (int64_t b = 1; b * kAttentionKeyBlock < visible; ++b) {
+    const auto [next, o_b] = block(b);
+    merge_block(state, out, next, o_b, head_dim);
+  }
   for (int d = 0; d < head_dim; ++d) out[d] /= state.sum;
 }
 
@@ -215,14 +226,11 @@ void attention(std::span<const AttentionSequence> sequences, int heads, int kv_h
       std::vector<float> scores(static_cast<size_t>(kAttentionKeyBlock)), o(static_cast<size_t>(head_dim));
       for (int64_t r = first; r < last; ++r) {
         const Row row = row_of(r);
-        KeyBlock state =
-            attend_block(kern, row.q, row.k, row.v, head_dim, 0, block_end(row, 0), scale, scores.data(), row.out);
-        for (int64_t b = 1; b * kAttentionKeyBlock < row.visible; ++b) {
-          const KeyBlock next = attend_block(kern, row.q, row.k, row.v, head_dim, b * kAttentionKeyBlock,
-                                             block_end(row, b), scale, scores.data(), o.data());
-          merge_block(state, row.out, next, o.data(), head_dim);
-        }
-        normalize_row(state, row.out, head_dim);
+        merge_row(row.out, row.visible, head_dim, [&](int64_t b) {
+          const KeyBlock block = attend_block(kern, row.q, row.k, row.v, head_dim, b * kAttentionKeyBlock,
+                                              block_end(row, b), scale, scores.data(), o.data());
+          return std::pair<KeyBlock, const float*>(block, o.data());
+        });
       }
     });
     return;
@@ -246,13 +254,10 @@ void attention(std::span<const AttentionSequence> sequences, int heads, int kv_h
   parallel_for(rows, kParallelWork / (most_blocks * head_dim * 4) + 1, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {
       const Row row = row_of(r);
-      const int64_t i0 = r * most_blocks;
-      KeyBlock state = blocks[static_cast<size_t>(i0)];
-      std::copy_n(partial.data() + i0 * head_dim, head_dim, row.out);
-      for (int64_t b = 1; b * kAttentionKeyBlock < row.visible; ++b)
-        merge_block(state, row.out, blocks[static_cast<size_t>(i0 + b)], partial.data() + (i0 + b) * head_dim,
-                    head_dim);
-      normalize_row(state, row.out, head_dim);
+      merge_row(row.out, row.visible, head_dim, [&](int64_t b) {
+        const int64_t i = r * most_blocks + b;
+        return std::pair<KeyBlock, const float*>(blocks[static_cast<size_t>(i)], partial.data() + i * head_dim);
+      });
     }
   });
 }

@@ -96,19 +96,18 @@ int run_cpu_bench(const CpuBenchFlags& f) {
   struct Row {
     std::string what;
     size_t tokens;
+    std::function<Result<std::vector<float>>()> forward;
     Timing one, many;
   };
-  const std::string batch_row = "decode batch of " + std::to_string(batch);
-  std::vector<Row> rows = {{"prefill", prefill, {}, {}}, {"decode step", 1, {}, {}}, {batch_row, batch, {}, {}}};
+  std::vector<Row> rows = {{"prefill", prefill, run(prefill, 0), {}, {}},
+                           {"decode step", 1, run(context + 1, context), {}, {}},
+                           {"decode batch of " + std::to_string(batch), batch, run_batch, {}, {}}};
   const int before = parallel_threads();
   for (Row& row : rows) {
-    std::function<Result<std::vector<float>>()> forward = run_batch;
-    if (row.what == "prefill") forward = run(prefill, 0);
-    if (row.what == "decode step") forward = run(context + 1, context);
     // One thread, then `threads` (also 1 with --threads 1: the same pass twice).
     for (Timing* timing : {&row.one, &row.many}) {
       set_parallel_threads(timing == &row.one ? 1 : threads);
-      auto t = time_forward(forward, f.seconds);
+      auto t = time_forward(row.forward, f.seconds);
       if (!t) return report_error("bench cpu", t.status());
       *timing = std::move(*t);
     }

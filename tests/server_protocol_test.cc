@@ -374,7 +374,9 @@ TEST(OpenAiRequest, MaxTokens) {
   expect_both_refuse(R"("max_tokens": 32769)", "max_tokens", {"is 32769", "limit of 32768"},
                      StatusCode::kOutOfRange);
   expect_both_refuse(R"("max_tokens": 1e30)", "max_tokens", {"must be an integer"});
-  expect_both_refuse(R"("max_tokens": 10.0)", "max_tokens", {"must be an integer", "got 10"});
+  EXPECT_EQ(completion(R"("max_tokens": 10.0)")->params.max_tokens, 10);
+  expect_both_refuse(R"("max_tokens": 10.5)", "max_tokens", {"must be an integer", "got 10.5"});
+  expect_both_refuse(R"("max_tokens": 40000.0)", "max_tokens", {"is 40000", "limit of 32768"}, StatusCode::kOutOfRange);
   expect_both_refuse(R"("max_tokens": "10")", "max_tokens", {"must be an integer", "the string '10'"});
   expect_both_refuse(R"("max_tokens": 99999999999999999999)", "max_tokens", {"must be an integer"});
   // Past int64 but a JSON unsigned: the limit, not a range of negative numbers.
@@ -426,6 +428,13 @@ TEST(OpenAiRequest, TopK) {
   expect_both_refuse(R"("top_k": -2)", "top_k", {"must be an integer in [-1, 2147483647]", "got -2"});
   expect_both_refuse(R"("top_k": 2147483648)", "top_k", {"must be an integer in"});
   expect_both_refuse(R"("top_k": 5.5)", "top_k", {"must be an integer", "got 5.5"});
+  // An integral float is its integer, as a pydantic request model takes it; the
+  // range still holds, and a refusal shows the float as it was sent.
+  EXPECT_EQ(completion(R"("top_k": 5.0)")->params.top_k, 5);
+  EXPECT_EQ(chat(R"("top_k": -1.0)")->params.top_k, -1);
+  expect_both_refuse(R"("top_k": -2.0)", "top_k", {"must be an integer in [-1, 2147483647]", "got -2.0"});
+  expect_both_refuse(R"("top_k": 1e300)", "top_k", {"must be an integer", "got 1e+300"});
+  expect_both_refuse(R"("top_k": 2147483648.0)", "top_k", {"must be an integer in", "got 2147483648.0"});
 }
 
 TEST(OpenAiRequest, Seed) {
@@ -434,6 +443,8 @@ TEST(OpenAiRequest, Seed) {
   expect_both_refuse(R"("seed": -1)", "seed", {"must be an integer in [0, 2^64)", "got -1"});
   expect_both_refuse(R"("seed": 18446744073709551616)", "seed", {"must be an integer"});
   expect_both_refuse(R"("seed": 1.5)", "seed", {"must be an integer", "got 1.5"});
+  EXPECT_EQ(completion(R"("seed": 7.0)")->params.seed, std::optional<uint64_t>(7));
+  expect_both_refuse(R"("seed": -7.0)", "seed", {"must be an integer in [0, 2^64)", "got -7.0"});
   expect_both_refuse(R"("seed": "7")", "seed", {"must be an integer"});
 }
 

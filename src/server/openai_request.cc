@@ -39,7 +39,7 @@ std::string describe(const json& v) {
     case json::value_t::boolean: return v.get<bool>() ? "true" : "false";
     case json::value_t::number_integer: return std::to_string(v.get<int64_t>());
     case json::value_t::number_unsigned: return std::to_string(v.get<uint64_t>());
-    case json::value_t::number_float: return format_double(v.get<double>());
+    case json::value_t::number_float: return v.dump();  // 5.0 stays "5.0": it was refused for being a float
     case json::value_t::string: return "the string " + quote(v.get_ref<const std::string&>());
     case json::value_t::array: return "an array";
     case json::value_t::object: return "an object";
@@ -95,11 +95,25 @@ Result<std::optional<double>> number_field(const json& body, std::string_view na
   return std::optional<double>(v->get<double>());
 }
 
-// An integer within [lo, hi]; floats, even integral ones, are refused.
+// An integral float (5.0, as Python clients send a computed count) is taken
+// as its integer, as SGLang's and vLLM's request models take it; 5.5 is refused.
+std::optional<int64_t> integral_value(const json& v) {
+  if (!v.is_number_float()) return std::nullopt;
+  const double d = v.get<double>();
+  // 2^63 is exact as a double; anything at or past it does not fit.
+  if (!(d >= -0x1p63 && d < 0x1p63) || std::trunc(d) != d) return std::nullopt;
+  return static_cast<int64_t>(d);
+}
+
+// An integer within [lo, hi].
 Result<std::optional<int64_t>> int_field(const json& body, std::string_view name, int64_t lo, int64_t hi) {
   const json* v = field(body, name);
   if (v == nullptr) return std::optional<int64_t>();
   const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (const auto i = integral_value(*v)) {
+    if (*i < lo || *i > hi) return bad_param(name, "must be an integer in " + range, *v);
+    return std::optional<int64_t>(*i);
+  }
   if (v->is_number_unsigned()) {
     const auto u = v->get<uint64_t>();
     if (u > static_cast<uint64_t>(hi) || (lo > 0 && u < static_cast<uint64_t>(lo)))
@@ -243,8 +257,10 @@ Result<GenerationParams> parse_generation(const json& body, const ProtocolLimits
   HIQ_ASSIGN_OR_RETURN(const auto n, int_field(body, "n", 1, limits.max_n));
   p.n = static_cast<int>(n.value_or(1));
   if (const json* seed = field(body, "seed")) {
+    const auto integral = integral_value(*seed);
     if (seed->is_number_unsigned()) p.seed = seed->get<uint64_t>();
-    else if (seed->is_number_integer()) return bad_param("seed", "must be an integer in [0, 2^64)", *seed);
+    else if (integral && *integral >= 0) p.seed = static_cast<uint64_t>(*integral);
+    else if (seed->is_number_integer() || integral) return bad_param("seed", "must be an integer in [0, 2^64)", *seed);
     else return bad_param("seed", "must be an integer", *seed);
   }
   HIQ_ASSIGN_OR_RETURN(p.stop, parse_stop(body, limits));

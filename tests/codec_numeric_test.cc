@@ -71,6 +71,22 @@ TEST(Bf16, EveryBf16SurvivesTheRoundTripThroughFloat) {
   }
 }
 
+// IEEE half from its definition: (-1)^s · 2^(e-15) · (1 + m/1024), or
+// 2^-14 · m/1024 when e = 0; e = 31 is ±Inf (m = 0) or NaN.
+TEST(F16, DecodesEveryHalfByTheDefinition) {
+  for (uint32_t h = 0; h <= 0xFFFF; ++h) {
+    const int e = static_cast<int>((h >> 10) & 0x1F), m = static_cast<int>(h & 0x3FF);
+    const float f = f16_to_float(static_cast<uint16_t>(h));
+    EXPECT_EQ(std::signbit(f), (h & 0x8000) != 0) << h;
+    if (e == 0x1F) {
+      EXPECT_TRUE(m == 0 ? std::isinf(f) : std::isnan(f)) << h;
+      continue;
+    }
+    const double magnitude = e == 0 ? std::ldexp(m / 1024.0, -14) : std::ldexp(1.0 + m / 1024.0, e - 15);
+    EXPECT_EQ(static_cast<double>(std::fabs(f)), magnitude) << h;
+  }
+}
+
 // E4M3 value from its definition: (-1)^s · 2^(e-7) · (1 + m/8), or 2^-6 · m/8 when e = 0.
 TEST(E4m3, DecodesEveryCodeByTheDefinition) {
   for (int c = 0; c < 256; ++c) {

@@ -6,6 +6,7 @@
 #include "expect_error.h"
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <initializer_list>
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/log.h"
 #include "kv/model_config.h"
 #include "model/checkpoint.h"
 #include "model/weights.h"
@@ -628,6 +630,50 @@ TEST(BindWeights, ATiedCheckpointThatStillStoresItsLmHeadUsesTheEmbeddings) {
     write_and_bind(b, tiny_config("qwen3", true), tensors);
     ASSERT_TRUE(b.weights.is_ok()) << b.weights.status().to_string();
     EXPECT_EQ(b.weights->lm_head.data, b.weights->embed_tokens.data);
+  }
+}
+
+// The stored copy may be of another dtype (an F32 lm_head beside BF16
+// embeddings): the same values, widened or rounded once, are no difference
+// worth a warning; other values are.
+TEST(BindWeights, ATiedCheckpointsStoredLmHeadIsComparedByValueAcrossDtypes) {
+  const ModelConfig untied = tiny("qwen3", false);
+  struct Case {
+    TensorDtype embed, head;
+    bool equal;
+  };
+  for (const Case c : {Case{TensorDtype::kBf16, TensorDtype::kF32, true}, Case{TensorDtype::kF32, TensorDtype::kBf16, true},
+                       Case{TensorDtype::kF16, TensorDtype::kF32, true}, Case{TensorDtype::kBf16, TensorDtype::kF32, false},
+                       Case{TensorDtype::kBf16, TensorDtype::kBf16, false}}) {
+    SCOPED_TRACE(std::string(tensor_dtype_name(c.embed)) + " embeddings, " + std::string(tensor_dtype_name(c.head)) +
+                 (c.equal ? " copy" : " other values"));
+    auto tensors = testing::model_tensors(untied);
+    auto embed = std::find_if(tensors.begin(), tensors.end(),
+                              [](const WriterTensor& t) { return t.name == "model.embed_tokens.weight"; });
+    auto head = std::find_if(tensors.begin(), tensors.end(), [](const WriterTensor& t) { return t.name == "lm_head.weight"; });
+    // Values every dtype holds exactly, then the head's copy converted from them.
+    const size_t n = static_cast<size_t>(testing::element_count(embed->shape));
+    std::vector<float> values(n);
+    for (size_t i = 0; i < n; ++i) values[i] = static_cast<float>(static_cast<int>(i % 61) - 30) / 32.0f;
+    embed->dtype = testing::dtype_text(c.embed);
+    embed->data = testing::encode_floats(values, c.embed);
+    if (!c.equal) values[n / 2 + 3] += 0.5f;  // one element (a table this small is checked in every row)
+    head->dtype = testing::dtype_text(c.head);
+    head->data = testing::encode_floats(values, c.head);
+
+    std::vector<std::string> warnings;
+    set_log_sink([&](LogLevel level, std::string_view, std::string_view message) {
+      if (level == LogLevel::kWarning) warnings.emplace_back(message);
+    });
+    Bound b;
+    write_and_bind(b, tiny_config("qwen3", true), tensors);
+    set_log_sink(nullptr);
+    ASSERT_TRUE(b.weights.is_ok()) << b.weights.status().to_string();
+    EXPECT_EQ(b.weights->lm_head.data, b.weights->embed_tokens.data);
+    const bool warned = std::any_of(warnings.begin(), warnings.end(), [](const std::string& w) {
+      return w.find("'lm_head.weight' differs from the embeddings") != std::string::npos;
+    });
+    EXPECT_EQ(warned, !c.equal);
   }
 }
 

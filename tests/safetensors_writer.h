@@ -4,6 +4,7 @@
 // to back), and malformed ones from a raw header string.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "codec/numeric.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
@@ -70,6 +72,23 @@ inline std::vector<std::byte> pattern_bytes(TensorDtype dtype, int64_t count, ui
     } else {
       // BF16: the top half of the float. F16: any 16 bits will do for a byte round trip.
       const auto half = static_cast<uint16_t>(dtype == TensorDtype::kBf16 ? bits >> 16 : (bits >> 13) & 0x7fff);
+      std::memcpy(dst, &half, 2);
+    }
+  }
+  return out;
+}
+
+// `values` stored as `dtype`: BF16 and F16 rounded to nearest even (exact for
+// values the type holds, which is what tests use).
+inline std::vector<std::byte> encode_floats(const std::vector<float>& values, TensorDtype dtype) {
+  std::vector<std::byte> out(values.size() * tensor_dtype_bytes(dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::byte* dst = out.data() + i * tensor_dtype_bytes(dtype);
+    if (dtype == TensorDtype::kF32) {
+      std::memcpy(dst, &values[i], 4);
+    } else {
+      const uint16_t half = dtype == TensorDtype::kBf16 ? numeric::float_to_bf16(values[i])
+                                                        : std::bit_cast<uint16_t>(static_cast<_Float16>(values[i]));
       std::memcpy(dst, &half, 2);
     }
   }

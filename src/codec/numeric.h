@@ -24,6 +24,18 @@ inline constexpr float kInt4HMaxAbs = 0x1p64f;     // int4h rotates heads below 
 
 HIQ_HOST_DEVICE inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
+// IEEE half to float, exactly (subnormals, ±Inf and NaN included).
+HIQ_HOST_DEVICE inline float f16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
+  if (exponent == 0) {  // ±0 or subnormal: mantissa · 2^-24, exact in float
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
 HIQ_HOST_DEVICE inline bool bf16_is_finite(uint16_t h) { return (h & 0x7F80u) != 0x7F80u; }
 
 // Round to nearest, ties to even; NaN stays NaN (made quiet); overflow gives ±Inf.

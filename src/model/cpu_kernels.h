@@ -61,7 +61,4 @@ const Table* avx512_table();  // AVX-512 F
 // The fastest table this CPU runs: what the forward pass uses.
 const Table& best_table();
 
-// IEEE half to float, exactly (subnormals, ±Inf and NaN included).
-float f16_to_float(uint16_t h);
-
 }  // namespace hiq::cpu::kernels

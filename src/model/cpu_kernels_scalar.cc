@@ -41,7 +41,7 @@ struct ScalarLanes {
   }
   static Reg load_f16(const uint16_t* p) {
     Reg r;
-    for (int i = 0; i < 16; ++i) r.v[i] = f16_to_float(p[i]);
+    for (int i = 0; i < 16; ++i) r.v[i] = numeric::f16_to_float(p[i]);
     return r;
   }
   static Reg fma(const Reg& a, const Reg& b, const Reg& c) {
@@ -65,17 +65,6 @@ struct ScalarLanes {
 #include "model/cpu_kernels_impl.h"
 
 namespace hiq::cpu::kernels {
-
-float f16_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
-  if (exponent == 0) {
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -magnitude : magnitude;
-  }
-  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
-  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-}
 
 const Table& scalar_table() {
   static const Table table = make_table<ScalarLanes>("scalar");

@@ -17,7 +17,7 @@ namespace {
 float load(WeightType type, const void* data, int64_t i) {
   switch (type) {
     case WeightType::kBf16: return numeric::bf16_to_float(static_cast<const uint16_t*>(data)[i]);
-    case WeightType::kF16: return kernels::f16_to_float(static_cast<const uint16_t*>(data)[i]);
+    case WeightType::kF16: return numeric::f16_to_float(static_cast<const uint16_t*>(data)[i]);
     case WeightType::kF32: return static_cast<const float*>(data)[i];
   }
   return 0.0f;

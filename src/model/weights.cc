@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <string_view>
 
+#include "codec/numeric.h"
 #include "core/json_input.h"
 #include "core/log.h"
 
@@ -43,6 +45,34 @@ bool dtype_is_loadable(TensorDtype dtype) {
       return true;
   }
   return false;
+}
+
+float element_value(const TensorView& t, size_t i) {
+  const std::byte* p = t.data + i * tensor_dtype_bytes(t.dtype);
+  uint16_t half = 0;
+  float value = 0.f;
+  switch (t.dtype) {
+    case TensorDtype::kBf16: std::memcpy(&half, p, 2); return numeric::bf16_to_float(half);
+    case TensorDtype::kF16: std::memcpy(&half, p, 2); return numeric::f16_to_float(half);
+    case TensorDtype::kF32: std::memcpy(&value, p, 4); return value;
+  }
+  return value;
+}
+
+// Whether `count` elements of a and b from `first` on hold the same values:
+// the same bytes when stored alike, else the same numbers to within one
+// rounding to BF16 (an F32 copy of BF16 embeddings is the same LM head).
+bool same_values(const TensorView& a, const TensorView& b, size_t first, size_t count) {
+  if (a.dtype == b.dtype) {
+    const size_t bytes = tensor_dtype_bytes(a.dtype);
+    return std::memcmp(a.data + first * bytes, b.data + first * bytes, count * bytes) == 0;
+  }
+  for (size_t i = first; i < first + count; ++i) {
+    const float x = element_value(a, i), y = element_value(b, i);
+    if (std::isnan(x) && std::isnan(y)) continue;
+    if (!(std::fabs(x - y) <= 0x1p-8f * std::max(std::fabs(x), std::fabs(y)) + 0x1p-24f)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -131,12 +161,10 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const Checkpoint& c
                               ", not the embeddings' " + shape_text(embed.shape) +
                               " that config.json ties it to (tie_word_embeddings)");
     // A sample of rows, not all: the copy is never read otherwise (311 MB for Qwen3-0.6B).
-    bool same = head->dtype == embed.dtype;
     const size_t rows = static_cast<size_t>(embed.shape.empty() ? 0 : embed.shape[0]);
-    const size_t row_bytes = rows > 0 ? embed.bytes / rows : 0, step = std::max<size_t>(1, rows / 64);
-    const auto same_row = [&](size_t r) {
-      return std::memcmp(head->data + r * row_bytes, embed.data + r * row_bytes, row_bytes) == 0;
-    };
+    const size_t step = std::max<size_t>(1, rows / 64);
+    const auto same_row = [&](size_t r) { return same_values(*head, embed, r * (embed.elements() / rows), embed.elements() / rows); };
+    bool same = true;
     for (size_t r = 0; same && r < rows; r += step) same = same_row(r);
     if (same && rows > 0) same = same_row(rows - 1);
     if (!same)

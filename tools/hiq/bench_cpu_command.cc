@@ -30,18 +30,28 @@ struct CpuBenchFlags {
   bool json = false;
 };
 
+// One thread and N take turns, a short median each, so that a slow stretch
+// of a shared machine (a VM's neighbours) falls on both sides alike; the
+// speedup is the median of the rounds' ratios.
+constexpr int kRounds = 7;
+
 struct Timing {
-  double seconds = 0;          // median of the repeats (core/median_time.h)
-  std::vector<float> logits;   // of the last repeat (a batch's, one sequence after another)
+  std::vector<double> seconds;  // each round's median (core/median_time.h)
+  std::vector<float> logits;    // of the last repeat (a batch's, one sequence after another)
 };
 
-Result<Timing> time_forward(const std::function<Result<std::vector<float>>()>& forward, double seconds) {
-  Timing t;
-  HIQ_ASSIGN_OR_RETURN(t.seconds, median_seconds(seconds, [&]() -> Status {
+double median_of(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+Status time_round(const std::function<Result<std::vector<float>>()>& forward, double seconds, Timing& t) {
+  HIQ_ASSIGN_OR_RETURN(const double median, median_seconds(seconds, [&]() -> Status {
                          HIQ_ASSIGN_OR_RETURN(t.logits, forward());
                          return Status::ok();
-                       }));
-  return t;
+                       }, /*min_runs=*/1));
+  t.seconds.push_back(median);
+  return Status::ok();
 }
 
 int run_cpu_bench(const CpuBenchFlags& f) {
@@ -98,18 +108,26 @@ int run_cpu_bench(const CpuBenchFlags& f) {
     size_t tokens;
     std::function<Result<std::vector<float>>()> forward;
     Timing one, many;
+    double one_seconds() const { return median_of(one.seconds); }
+    double many_seconds() const { return median_of(many.seconds); }
+    double speedup() const {
+      std::vector<double> ratios;
+      for (size_t i = 0; i < one.seconds.size(); ++i) ratios.push_back(one.seconds[i] / many.seconds[i]);
+      return median_of(ratios);
+    }
   };
   std::vector<Row> rows = {{"prefill", prefill, run(prefill, 0), {}, {}},
                            {"decode step", 1, run(context + 1, context), {}, {}},
                            {"decode batch of " + std::to_string(batch), batch, run_batch, {}, {}}};
   const int before = parallel_threads();
   for (Row& row : rows) {
-    // One thread, then `threads` (also 1 with --threads 1: the same pass twice).
-    for (Timing* timing : {&row.one, &row.many}) {
-      set_parallel_threads(timing == &row.one ? 1 : threads);
-      auto t = time_forward(row.forward, f.seconds);
-      if (!t) return report_error("bench cpu", t.status());
-      *timing = std::move(*t);
+    // One thread, then `threads` (also 1 with --threads 1: the same pass twice), in turns.
+    for (int round = 0; round < kRounds; ++round) {
+      for (Timing* timing : {&row.one, &row.many}) {
+        set_parallel_threads(timing == &row.one ? 1 : threads);
+        if (Status s = time_round(row.forward, f.seconds / (2 * kRounds), *timing); !s.is_ok())
+          return report_error("bench cpu", s);
+      }
     }
   }
   // Each sequence of the batch alone, for the batch's bits to be checked against.
@@ -127,16 +145,18 @@ int run_cpu_bench(const CpuBenchFlags& f) {
     for (const Row& r : rows)
       out["rows"].push_back({{"what", r.what},
                              {"tokens", r.tokens},
-                             {"one_thread_seconds", r.one.seconds},
-                             {"threads_seconds", r.many.seconds},
-                             {"speedup", r.one.seconds / r.many.seconds},
+                             {"one_thread_seconds", r.one_seconds()},
+                             {"threads_seconds", r.many_seconds()},
+                             {"speedup", r.speedup()},
+                             {"one_thread_rounds_seconds", r.one.seconds},
+                             {"threads_rounds_seconds", r.many.seconds},
                              {"same_logits", r.one.logits == r.many.logits}});
     std::cout << out.dump(2) << '\n';
   } else {
     Table t({"", "tokens", "1 thread ms", std::to_string(threads) + " threads ms", "speedup", "same logits"});
     for (const Row& r : rows)
-      t.add_row({r.what, std::to_string(r.tokens), format_fixed(r.one.seconds * 1e3, 2),
-                 format_fixed(r.many.seconds * 1e3, 2), format_fixed(r.one.seconds / r.many.seconds, 2) + "x",
+      t.add_row({r.what, std::to_string(r.tokens), format_fixed(r.one_seconds() * 1e3, 2),
+                 format_fixed(r.many_seconds() * 1e3, 2), format_fixed(r.speedup(), 2) + "x",
                  r.one.logits == r.many.logits ? "yes" : "NO"});
     t.print(std::cout);
   }

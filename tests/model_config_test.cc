@@ -7,9 +7,11 @@
 #include "model/model_config.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <filesystem>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -635,31 +637,51 @@ TEST(BindWeights, ATiedCheckpointThatStillStoresItsLmHeadUsesTheEmbeddings) {
 
 // The stored copy may be of another dtype (an F32 lm_head beside BF16
 // embeddings): the same values, widened or rounded once, are no difference
-// worth a warning; other values are.
+// worth a warning; other values are, and so is an infinity against a number.
 TEST(BindWeights, ATiedCheckpointsStoredLmHeadIsComparedByValueAcrossDtypes) {
   const ModelConfig untied = tiny("qwen3", false);
+  // The embeddings' values: every one exact in F16 and BF16 (k/32), or F32
+  // ones that each half type must round (BF16 embeddings are then those
+  // rounded, F16 ones those truncated to 11 bits, an exact F16 value).
+  const auto original = [](size_t i, bool rounded) {
+    const float exact = (static_cast<float>(static_cast<int>(i % 61) - 30) + 0.5f) / 32.0f;  // normal halves, ≠ 0
+    return rounded ? exact * (1.0f + 0x1p-12f * static_cast<float>(i % 7 + 1)) : exact;
+  };
+  const auto as_f16 = [](float f) { return std::bit_cast<float>(std::bit_cast<uint32_t>(f) & 0xFFFFE000u); };
   struct Case {
     TensorDtype embed, head;
-    bool equal;
+    bool rounded;              // values the half types cannot hold
+    float change;              // added to one element of the head (0: a copy)
+    bool warned;
   };
-  for (const Case c : {Case{TensorDtype::kBf16, TensorDtype::kF32, true}, Case{TensorDtype::kF32, TensorDtype::kBf16, true},
-                       Case{TensorDtype::kF16, TensorDtype::kF32, true}, Case{TensorDtype::kBf16, TensorDtype::kF32, false},
-                       Case{TensorDtype::kBf16, TensorDtype::kBf16, false}}) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const Case c : {Case{TensorDtype::kBf16, TensorDtype::kF32, false, 0, false},
+                       Case{TensorDtype::kF32, TensorDtype::kBf16, true, 0, false},   // the head rounded once
+                       Case{TensorDtype::kF16, TensorDtype::kF32, true, 0, false},
+                       Case{TensorDtype::kF16, TensorDtype::kBf16, true, 0, false},  // both rounded from F32
+                       Case{TensorDtype::kBf16, TensorDtype::kF32, false, 0.5f, true},
+                       Case{TensorDtype::kBf16, TensorDtype::kF32, false, 0x1p-4f, true},
+                       Case{TensorDtype::kBf16, TensorDtype::kF32, false, inf, true},
+                       Case{TensorDtype::kBf16, TensorDtype::kBf16, false, 0.5f, true}}) {
     SCOPED_TRACE(std::string(tensor_dtype_name(c.embed)) + " embeddings, " + std::string(tensor_dtype_name(c.head)) +
-                 (c.equal ? " copy" : " other values"));
+                 " head, change " + std::to_string(c.change));
     auto tensors = testing::model_tensors(untied);
     auto embed = std::find_if(tensors.begin(), tensors.end(),
                               [](const WriterTensor& t) { return t.name == "model.embed_tokens.weight"; });
     auto head = std::find_if(tensors.begin(), tensors.end(), [](const WriterTensor& t) { return t.name == "lm_head.weight"; });
-    // Values every dtype holds exactly, then the head's copy converted from them.
     const size_t n = static_cast<size_t>(testing::element_count(embed->shape));
-    std::vector<float> values(n);
-    for (size_t i = 0; i < n; ++i) values[i] = static_cast<float>(static_cast<int>(i % 61) - 30) / 32.0f;
+    std::vector<float> embed_values(n), head_values(n);
+    for (size_t i = 0; i < n; ++i) {
+      const float f = original(i, c.rounded);
+      // Each side as its own type holds it: F16 exactly (truncated), BF16 rounded by the writer, F32 as is.
+      embed_values[i] = c.embed == TensorDtype::kF16 ? as_f16(f) : f;
+      head_values[i] = c.head == TensorDtype::kF16 ? as_f16(f) : f;
+    }
+    head_values[n / 2 + 3] += c.change;  // one element (a table this small is checked in every row)
     embed->dtype = testing::dtype_text(c.embed);
-    embed->data = testing::encode_floats(values, c.embed);
-    if (!c.equal) values[n / 2 + 3] += 0.5f;  // one element (a table this small is checked in every row)
+    embed->data = testing::encode_floats(embed_values, c.embed);
     head->dtype = testing::dtype_text(c.head);
-    head->data = testing::encode_floats(values, c.head);
+    head->data = testing::encode_floats(head_values, c.head);
 
     std::vector<std::string> warnings;
     set_log_sink([&](LogLevel level, std::string_view, std::string_view message) {
@@ -673,7 +695,7 @@ TEST(BindWeights, ATiedCheckpointsStoredLmHeadIsComparedByValueAcrossDtypes) {
     const bool warned = std::any_of(warnings.begin(), warnings.end(), [](const std::string& w) {
       return w.find("'lm_head.weight' differs from the embeddings") != std::string::npos;
     });
-    EXPECT_EQ(warned, !c.equal);
+    EXPECT_EQ(warned, c.warned);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "codec/numeric.h"
@@ -78,8 +79,18 @@ inline std::vector<std::byte> pattern_bytes(TensorDtype dtype, int64_t count, ui
   return out;
 }
 
-// `values` stored as `dtype`: BF16 and F16 rounded to nearest even (exact for
-// values the type holds, which is what tests use).
+// A float F16 holds exactly (a normal half, or zero) as F16 bits; a test's
+// values are chosen so, and anything else fails the test.
+inline uint16_t exact_f16(float f) {
+  const auto u = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  if ((u & 0x7FFFFFFFu) == 0) return sign;
+  const int exponent = static_cast<int>((u >> 23) & 0xFF) - 127 + 15;
+  EXPECT_TRUE(exponent >= 1 && exponent <= 30 && (u & 0x1FFFu) == 0) << f << " is not a normal half exactly";
+  return static_cast<uint16_t>(sign | (exponent << 10) | ((u >> 13) & 0x3FFu));
+}
+
+// `values` stored as `dtype`: BF16 rounded to nearest even, F16 exactly (exact_f16).
 inline std::vector<std::byte> encode_floats(const std::vector<float>& values, TensorDtype dtype) {
   std::vector<std::byte> out(values.size() * tensor_dtype_bytes(dtype));
   for (size_t i = 0; i < values.size(); ++i) {
@@ -87,8 +98,7 @@ inline std::vector<std::byte> encode_floats(const std::vector<float>& values, Te
     if (dtype == TensorDtype::kF32) {
       std::memcpy(dst, &values[i], 4);
     } else {
-      const uint16_t half = dtype == TensorDtype::kBf16 ? numeric::float_to_bf16(values[i])
-                                                        : std::bit_cast<uint16_t>(static_cast<_Float16>(values[i]));
+      const uint16_t half = dtype == TensorDtype::kBf16 ? numeric::float_to_bf16(values[i]) : exact_f16(values[i]);
       std::memcpy(dst, &half, 2);
     }
   }

@@ -217,6 +217,14 @@ TEST(OpenAiRequest, PromptForms) {
   const auto nested = parse_completion_request(R"({"prompt": [[7, 0]]})", kLimits);
   ASSERT_TRUE(nested.is_ok()) << nested.status().to_string();
   EXPECT_EQ(nested->prompt_token_ids, (std::vector<int32_t>{7, 0}));
+
+  // Whole floats are token ids too, first or not, as every integer field takes them.
+  const auto floats = parse_completion_request(R"({"prompt": [[7.0, 0, 3.0]]})", kLimits);
+  ASSERT_TRUE(floats.is_ok()) << floats.status().to_string();
+  EXPECT_EQ(floats->prompt_token_ids, (std::vector<int32_t>{7, 0, 3}));
+  const auto first_float = parse_completion_request(R"({"prompt": [1.0, 2]})", kLimits);
+  ASSERT_TRUE(first_float.is_ok()) << first_float.status().to_string();
+  EXPECT_EQ(first_float->prompt_token_ids, (std::vector<int32_t>{1, 2}));
 }
 
 TEST(OpenAiRequest, BadPrompts) {
@@ -241,6 +249,8 @@ TEST(OpenAiRequest, BadPrompts) {
   refuse(R"({"prompt": [[1], [2], [3]]})", "prompt", {"holds 3 prompts", "not supported"});
   refuse(R"({"prompt": [1, "a"]})", "prompt[1]", {"must be an integer token id", "the string 'a'"});
   refuse(R"({"prompt": [1, 2.5]})", "prompt[1]", {"integer token id", "got 2.5"});
+  refuse(R"({"prompt": [2.5]})", "prompt[0]", {"got 2.5"});
+  refuse(R"({"prompt": [-1.0]})", "prompt[0]", {"token id in [0, 2147483648)", "got -1.0"});
   refuse(R"({"prompt": [-1]})", "prompt[0]", {"token id in [0, 2147483648)", "got -1"});
   refuse(R"({"prompt": [2147483648]})", "prompt[0]", {"got 2147483648"});
   refuse(R"({"prompt": [[1, "x"]]})", "prompt[0][1]", {"integer token id"});
@@ -444,7 +454,10 @@ TEST(OpenAiRequest, Seed) {
   expect_both_refuse(R"("seed": 18446744073709551616)", "seed", {"must be an integer"});
   expect_both_refuse(R"("seed": 1.5)", "seed", {"must be an integer", "got 1.5"});
   EXPECT_EQ(completion(R"("seed": 7.0)")->params.seed, std::optional<uint64_t>(7));
+  EXPECT_EQ(completion(R"("seed": -0.0)")->params.seed, std::optional<uint64_t>(0));
+  EXPECT_EQ(chat(R"("seed": 1e19)")->params.seed, std::optional<uint64_t>(10000000000000000000u));
   expect_both_refuse(R"("seed": -7.0)", "seed", {"must be an integer in [0, 2^64)", "got -7.0"});
+  expect_both_refuse(R"("seed": 2e19)", "seed", {"must be an integer", "got 2e+19"});
   expect_both_refuse(R"("seed": "7")", "seed", {"must be an integer"});
 }
 
@@ -467,6 +480,7 @@ TEST(OpenAiRequest, StopTokenIds) {
   EXPECT_EQ(completion(R"("stop_token_ids": [0, 5])")->params.stop_token_ids, (std::vector<int32_t>{0, 5}));
   expect_both_refuse(R"("stop_token_ids": 5)", "stop_token_ids", {"must be an array of token ids"});
   expect_both_refuse(R"("stop_token_ids": [1, -2])", "stop_token_ids[1]", {"token id"});
+  EXPECT_EQ(chat(R"("stop_token_ids": [4.0])")->params.stop_token_ids, (std::vector<int32_t>{4}));
   std::string many = R"("stop_token_ids": [0)";
   for (int i = 1; i <= 64; ++i) many += ", " + std::to_string(i);
   expect_both_refuse(many + "]", "stop_token_ids", {"holds 65 ids", "limit of 64"}, StatusCode::kOutOfRange);

@@ -36,7 +36,7 @@ std::string list_of(const std::vector<std::string>& items) {
 bool is_ignored_buffer(std::string_view name) { return name.ends_with("rotary_emb.inv_freq"); }
 
 // Every dtype we load is accepted for every tensor: the forward pass converts
-// on read. The one switch over dtypes, so a new dtype must be decided here.
+// on read. A new dtype must be decided here (and read in element_value).
 bool dtype_is_loadable(TensorDtype dtype) {
   switch (dtype) {
     case TensorDtype::kBf16:
@@ -60,8 +60,11 @@ float element_value(const TensorView& t, size_t i) {
 }
 
 // Whether `count` elements of a and b from `first` on hold the same values:
-// the same bytes when stored alike, else the same numbers to within one
-// rounding to BF16 (an F32 copy of BF16 embeddings is the same LM head).
+// the same bytes when stored alike, else the same numbers to within the
+// roundings of a conversion (an F32 copy of BF16 embeddings is the same LM
+// head; so are BF16 and F16 copies each rounded from one F32 original, at
+// most 2^-9 + 2^-12 apart relatively): 2^-7 of the larger magnitude, plus
+// 2^-24 for F16's subnormals. Infinities must match exactly.
 bool same_values(const TensorView& a, const TensorView& b, size_t first, size_t count) {
   if (a.dtype == b.dtype) {
     const size_t bytes = tensor_dtype_bytes(a.dtype);
@@ -69,8 +72,9 @@ bool same_values(const TensorView& a, const TensorView& b, size_t first, size_t 
   }
   for (size_t i = first; i < first + count; ++i) {
     const float x = element_value(a, i), y = element_value(b, i);
-    if (std::isnan(x) && std::isnan(y)) continue;
-    if (!(std::fabs(x - y) <= 0x1p-8f * std::max(std::fabs(x), std::fabs(y)) + 0x1p-24f)) return false;
+    if (x == y || (std::isnan(x) && std::isnan(y))) continue;
+    if (!std::isfinite(x) || !std::isfinite(y)) return false;
+    if (!(std::fabs(x - y) <= 0x1p-7f * std::max(std::fabs(x), std::fabs(y)) + 0x1p-24f)) return false;
   }
   return true;
 }

@@ -144,14 +144,19 @@ Result<std::optional<std::string>> string_field(const json& object, std::string_
   return std::optional<std::string>(v->get<std::string>());
 }
 
+// Whether v is a JSON integer or a whole-valued float (integral_value).
+bool is_integer(const json& v) { return v.is_number_integer() || integral_value(v).has_value(); }
+
 // A token id: an integer in [0, vocab_size) (or [0, 2^31) without a vocabulary).
 Result<int32_t> token_id(const json& v, std::string_view param, const ProtocolLimits& limits) {
   const int64_t end = limits.vocab_size > 0 ? limits.vocab_size : int64_t{1} << 31;
-  if (!v.is_number_integer()) return bad_param(param, "must be an integer token id", v);
-  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() < static_cast<uint64_t>(end)
-                                               : v.get<int64_t>() >= 0 && v.get<int64_t>() < end;
+  if (!is_integer(v)) return bad_param(param, "must be an integer token id", v);
+  const std::optional<int64_t> integral = integral_value(v);
+  const bool in_range = integral                 ? *integral >= 0 && *integral < end
+                        : v.is_number_unsigned() ? v.get<uint64_t>() < static_cast<uint64_t>(end)
+                                                 : v.get<int64_t>() >= 0 && v.get<int64_t>() < end;
   if (!in_range) return bad_param(param, "must be a token id in [0, " + std::to_string(end) + ")", v);
-  return static_cast<int32_t>(v.get<int64_t>());
+  return static_cast<int32_t>(integral ? *integral : v.get<int64_t>());
 }
 
 std::string element(std::string_view param, size_t i) {
@@ -257,10 +262,13 @@ Result<GenerationParams> parse_generation(const json& body, const ProtocolLimits
   HIQ_ASSIGN_OR_RETURN(const auto n, int_field(body, "n", 1, limits.max_n));
   p.n = static_cast<int>(n.value_or(1));
   if (const json* seed = field(body, "seed")) {
-    const auto integral = integral_value(*seed);
+    // A whole float up to 2^64 (past integral_value's int64 range: a seed is unsigned).
+    const double d = seed->is_number_float() ? seed->get<double>() : -1.0;
+    const bool unsigned_float = d >= 0 && d < 0x1p64 && std::trunc(d) == d;
     if (seed->is_number_unsigned()) p.seed = seed->get<uint64_t>();
-    else if (integral && *integral >= 0) p.seed = static_cast<uint64_t>(*integral);
-    else if (seed->is_number_integer() || integral) return bad_param("seed", "must be an integer in [0, 2^64)", *seed);
+    else if (unsigned_float) p.seed = static_cast<uint64_t>(d);
+    else if (seed->is_number_integer() || integral_value(*seed))
+      return bad_param("seed", "must be an integer in [0, 2^64)", *seed);
     else return bad_param("seed", "must be an integer", *seed);
   }
   HIQ_ASSIGN_OR_RETURN(p.stop, parse_stop(body, limits));
@@ -357,7 +365,7 @@ Status parse_prompt(const json& body, const ProtocolLimits& limits, CompletionRe
     if (first.is_string()) return parse_text_prompt(first, "prompt[0]", limits, req.prompt_text);
     return parse_token_prompt(first, "prompt[0]", limits, req.prompt_token_ids);
   }
-  if (first.is_number_integer()) return parse_token_prompt(*v, "prompt", limits, req.prompt_token_ids);
+  if (is_integer(first)) return parse_token_prompt(*v, "prompt", limits, req.prompt_token_ids);
   return bad_param("prompt[0]", "must be a string, an array of token ids or a token id", first);
 }
 

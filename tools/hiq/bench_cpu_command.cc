@@ -184,7 +184,8 @@ std::function<int()> add_bench_cpu_command(CLI::App& bench) {
   app->add_option("--decode-context", f->decode_context, "Context tokens of the decode step")->capture_default_str();
   app->add_option("--decode-batch", f->decode_batch, "Sequences of the decode batch row (one pass, a shared context)")
       ->capture_default_str();
-  app->add_option("--seconds", f->seconds, "Repeat each measurement about this long")->capture_default_str();
+  app->add_option("--seconds", f->seconds, "Time each row about this long (one thread and N in turns)")
+      ->capture_default_str();
   app->add_flag("--json", f->json, "Print JSON");
   return [f, app] { return app->parsed() ? run_cpu_bench(*f) : -1; };
 }

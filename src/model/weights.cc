@@ -167,7 +167,8 @@ Result<ModelWeights> bind_weights(const ModelConfig& config, const Checkpoint& c
     // A sample of rows, not all: the copy is never read otherwise (311 MB for Qwen3-0.6B).
     const size_t rows = static_cast<size_t>(embed.shape.empty() ? 0 : embed.shape[0]);
     const size_t step = std::max<size_t>(1, rows / 64);
-    const auto same_row = [&](size_t r) { return same_values(*head, embed, r * (embed.elements() / rows), embed.elements() / rows); };
+    const size_t cols = rows > 0 ? static_cast<size_t>(embed.elements()) / rows : 0;
+    const auto same_row = [&](size_t r) { return same_values(*head, embed, r * cols, cols); };
     bool same = true;
     for (size_t r = 0; same && r < rows; r += step) same = same_row(r);
     if (same && rows > 0) same = same_row(rows - 1);

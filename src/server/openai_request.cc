@@ -147,16 +147,25 @@ Result<std::optional<std::string>> string_field(const json& object, std::string_
 // Whether v is a JSON integer or a whole-valued float (integral_value).
 bool is_integer(const json& v) { return v.is_number_integer() || integral_value(v).has_value(); }
 
+// Either as an int64; nullopt past its range (or for anything else).
+std::optional<int64_t> integer_value(const json& v) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    return u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? std::optional(static_cast<int64_t>(u))
+                                                                            : std::nullopt;
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  return integral_value(v);
+}
+
 // A token id: an integer in [0, vocab_size) (or [0, 2^31) without a vocabulary).
 Result<int32_t> token_id(const json& v, std::string_view param, const ProtocolLimits& limits) {
   const int64_t end = limits.vocab_size > 0 ? limits.vocab_size : int64_t{1} << 31;
   if (!is_integer(v)) return bad_param(param, "must be an integer token id", v);
-  const std::optional<int64_t> integral = integral_value(v);
-  const bool in_range = integral                 ? *integral >= 0 && *integral < end
-                        : v.is_number_unsigned() ? v.get<uint64_t>() < static_cast<uint64_t>(end)
-                                                 : v.get<int64_t>() >= 0 && v.get<int64_t>() < end;
-  if (!in_range) return bad_param(param, "must be a token id in [0, " + std::to_string(end) + ")", v);
-  return static_cast<int32_t>(integral ? *integral : v.get<int64_t>());
+  const std::optional<int64_t> id = integer_value(v);
+  if (!id || *id < 0 || *id >= end)
+    return bad_param(param, "must be a token id in [0, " + std::to_string(end) + ")", v);
+  return static_cast<int32_t>(*id);
 }
 
 std::string element(std::string_view param, size_t i) {

@@ -67,7 +67,8 @@ struct CudnnApi {
   // OK, or a Status naming the step, cuDNN's status and its last error message.
   Status check(cudnnStatus_t status, std::string_view step) const {
     if (status == CUDNN_STATUS_SUCCESS) return Status::ok();
-    std::string message = "cuDNN " + std::string(step) + ": " + error_string(status) + " (" +
+    const char* name = error_string(status);
+    std::string message = "cuDNN " + std::string(step) + ": " + (name != nullptr ? name : "error") + " (" +
                           std::to_string(static_cast<int>(status)) + ")";
     if (last_error_string != nullptr) {
       std::array<char, 2048> last{};
@@ -502,7 +503,8 @@ Result<std::unique_ptr<CudnnAttention>> CudnnAttention::create(const CudnnAttent
   impl->api = api;
   impl->options = options;
   const cudaError_t device_error = cudaGetDevice(&impl->device);
-  if (device_error != cudaSuccess) return unavailable("cuDNN attention needs a GPU: " + cuda_error(device_error, "cudaGetDevice").message());
+  if (device_error != cudaSuccess)
+    return unavailable("cuDNN attention needs a GPU: " + cuda_error(device_error, "cudaGetDevice").message());
   const cudnnStatus_t created = api->create(&impl->handle);
   if (created != CUDNN_STATUS_SUCCESS) {
     impl->handle = nullptr;

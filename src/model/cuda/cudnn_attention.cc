@@ -31,7 +31,8 @@ Status validate_cudnn_attention_shape(const CudnnAttentionShape& s) {
   if (s.heads <= 0 || s.kv_heads <= 0 || s.heads % s.kv_heads != 0)
     return bad("heads (" + std::to_string(s.heads) + ") must be a positive multiple of kv_heads (" +
                std::to_string(s.kv_heads) + ")");
-  if (s.head_dim != 64 && s.head_dim != 128) return bad("head_dim must be 64 or 128, not " + std::to_string(s.head_dim));
+  if (s.head_dim != 64 && s.head_dim != 128)
+    return bad("head_dim must be 64 or 128, not " + std::to_string(s.head_dim));
   if (s.q_token_stride < static_cast<int64_t>(s.heads) * s.head_dim || s.q_token_stride % 8 != 0)
     return bad("Q's token stride (" + std::to_string(s.q_token_stride) +
                ") must hold every head and be a multiple of 8 elements (16 bytes)");
@@ -180,7 +181,8 @@ class GraphBuilder {
 
   Result<cudnnBackendDescriptor_t> make(cudnnBackendDescriptorType_t type, std::string_view what) {
     cudnnBackendDescriptor_t d = nullptr;
-    HIQ_RETURN_IF_ERROR(api_.check(api_.create_descriptor(type, &d), "creating the descriptor of " + std::string(what)));
+    HIQ_RETURN_IF_ERROR(
+        api_.check(api_.create_descriptor(type, &d), "creating the descriptor of " + std::string(what)));
     owned_.emplace_back(&api_, d);
     return d;
   }
@@ -217,14 +219,17 @@ class GraphBuilder {
     HIQ_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t pw, make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what));
     HIQ_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, what);
     HIQ_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &precision, what);
-    if (mode == CUDNN_POINTWISE_GEN_INDEX) HIQ_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, what);
+    if (mode == CUDNN_POINTWISE_GEN_INDEX)
+      HIQ_CUDNN_SET(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, what);
     HIQ_RETURN_IF_ERROR(api_.check(api_.finalize(pw), "finalizing " + what));
 
     HIQ_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t op, make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what));
     HIQ_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw, what);
     HIQ_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, what);
-    if (b != nullptr) HIQ_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, what);
-    if (t != nullptr) HIQ_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, what);
+    if (b != nullptr)
+      HIQ_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, what);
+    if (t != nullptr)
+      HIQ_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, what);
     HIQ_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, what);
     const float one = 1.f;
     HIQ_CUDNN_SET(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one, what);
@@ -308,12 +313,11 @@ Result<cudnnBackendDescriptor_t> build_graph(const CudnnApi& api, cudnnHandle_t 
   const int64_t h = s.heads, hk = s.kv_heads, sq = s.q_len, skv = s.kv_len, d = s.head_dim, ts = s.q_token_stride;
   // I/O: Q and O as [b][h][token][d] over our token-major rows; Kᵀ as
   // [b][h_kv][d][token] over K's [token][h_kv][d] rows (strides alone transpose it).
-  HIQ_ASSIGN_OR_RETURN(auto q, g.tensor({"Q", CUDNN_DATA_BFLOAT16, {1, h, sq, d}, {sq * ts, d, ts, 1}, false}, kQ));
-  HIQ_ASSIGN_OR_RETURN(auto kt, g.tensor({"K", CUDNN_DATA_BFLOAT16, {1, hk, d, skv}, {skv * hk * d, d, 1, hk * d}, false},
-                                         kK));
-  HIQ_ASSIGN_OR_RETURN(auto v, g.tensor({"V", CUDNN_DATA_BFLOAT16, {1, hk, skv, d}, {skv * hk * d, d, hk * d, 1}, false},
-                                        kV));
-  HIQ_ASSIGN_OR_RETURN(auto o, g.tensor({"O", CUDNN_DATA_BFLOAT16, {1, h, sq, d}, {sq * h * d, d, h * d, 1}, false}, kO));
+  const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16;
+  HIQ_ASSIGN_OR_RETURN(auto q, g.tensor({"Q", bf16, {1, h, sq, d}, {sq * ts, d, ts, 1}, false}, kQ));
+  HIQ_ASSIGN_OR_RETURN(auto kt, g.tensor({"K", bf16, {1, hk, d, skv}, {skv * hk * d, d, 1, hk * d}, false}, kK));
+  HIQ_ASSIGN_OR_RETURN(auto v, g.tensor({"V", bf16, {1, hk, skv, d}, {skv * hk * d, d, hk * d, 1}, false}, kV));
+  HIQ_ASSIGN_OR_RETURN(auto o, g.tensor({"O", bf16, {1, h, sq, d}, {sq * h * d, d, h * d, 1}, false}, kO));
   const Dims one = {1, 1, 1, 1};
   HIQ_ASSIGN_OR_RETURN(auto scale, g.tensor({"scale", CUDNN_DATA_FLOAT, one, one, false, true}, kScale));
   HIQ_ASSIGN_OR_RETURN(auto kv_len, g.tensor({"S_kv", CUDNN_DATA_INT32, one, one, false, true}, kKvLen));
@@ -339,7 +343,8 @@ Result<cudnnBackendDescriptor_t> build_graph(const CudnnApi& api, cudnnHandle_t 
   HIQ_RETURN_IF_ERROR(
       g.pointwise("column index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, s_scaled, nullptr, nullptr, column, 3));
   HIQ_ASSIGN_OR_RETURN(auto row_plus_kv, score("row+S_kv", CUDNN_DATA_INT32));
-  HIQ_RETURN_IF_ERROR(g.pointwise("row+S_kv", CUDNN_POINTWISE_ADD, CUDNN_DATA_INT32, row, kv_len, nullptr, row_plus_kv));
+  HIQ_RETURN_IF_ERROR(
+      g.pointwise("row+S_kv", CUDNN_POINTWISE_ADD, CUDNN_DATA_INT32, row, kv_len, nullptr, row_plus_kv));
   HIQ_ASSIGN_OR_RETURN(auto diagonal, score("row+S_kv-S_q", CUDNN_DATA_INT32));
   HIQ_RETURN_IF_ERROR(
       g.pointwise("row+S_kv-S_q", CUDNN_POINTWISE_SUB, CUDNN_DATA_INT32, row_plus_kv, q_len, nullptr, diagonal));

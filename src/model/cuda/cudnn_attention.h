@@ -30,6 +30,16 @@
 // the first of cuDNN's heuristics (mode A, then the fallback list) whose
 // plan finalizes.
 //
+// K and V come contiguous, in context order: what the staged Hopper form's
+// staging buffer already holds (attention_sm90.cu: a K plane, then a V plane,
+// each [row][kv_heads][head_dim]; sequence b's context at rows slot_start +
+// 128·b, followed by 128 zero rows), so one sequence of it is a valid input.
+// A batch runs as one call per sequence.
+//
+// When cuDNN refuses a graph or a plan, the Status carries its last error
+// message; CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr (cuDNN 9; the older
+// CUDNN_LOGERR_DBG=1 still works) make it log every refusal with its reason.
+//
 // An object is bound to the device current at create() and is not
 // thread-safe: one per thread (or stream) that runs attention.
 #pragma once

@@ -25,7 +25,9 @@ struct AttentionBenchOptions {
 struct AttentionBenchReport {
   std::string gpu;
   struct Kernel {
-    std::string name;  // "portable", "sm90", "sm90-staged"
+    // "portable", "portable-combine-in-kernel" (a split decode context's
+    // merge in the attention kernel, not a kernel of its own), "sm90", "sm90-staged"
+    std::string name;
     double seconds = 0;
     double relative_error = 0;  // ‖out − portable's‖ / ‖portable's‖ (0 for portable itself)
   };

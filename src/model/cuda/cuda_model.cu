@@ -183,8 +183,8 @@ class CudaModelImpl final : public CudaModel {
   unsigned int* split_counters(const cuda::AttentionArgs& attention) const;
   // The scratch a decode graph may read (attention_staging_ is prefill's alone).
   std::array<const Scratch*, 13> scratch() const {
-    return {&x_,    &normed_, &qkv_,    &attn_, &delta_,        &gate_up_,        &act_,
-            &rows_, &logits_, &next_,   &attention_ws_, &split_counters_, &inputs_};
+    return {&x_,    &normed_, &qkv_,  &attn_,         &delta_,          &gate_up_, &act_,
+            &rows_, &logits_, &next_, &attention_ws_, &split_counters_, &inputs_};
   }
   // Every address a decode graph holds that can move: the scratch, the pool's planes.
   std::vector<const void*> graph_addresses(DeviceKvPool& l1) const;

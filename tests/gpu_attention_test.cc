@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/buffers.h"
@@ -103,25 +105,37 @@ cuda::DeviceMemory upload(const std::vector<T>& host) {
   return std::move(*memory);
 }
 
-// Runs `kernel` on the problem; the output as floats. A `bucket_kv_len`
-// sizes the launch (grid, splits) for that context instead of the longest
-// one, as a decode graph does for its bucket.
-std::vector<float> run(const Problem& p, AttentionKernel kernel, int multiprocessors, int* splits_used,
-                       int bucket_kv_len = 0) {
-  cuda::DeviceMemory q = upload(p.q), k = upload(p.k), v = upload(p.v), slots = upload(p.slots),
-                     sequences = upload(p.sequences);
-  const size_t out_elements = static_cast<size_t>(p.tokens) * p.heads * p.head_dim;
-  auto out = cuda::device_alloc(out_elements * 2, "out");
+// A problem on the device and the args of a launch of `kernel` over it. A
+// `bucket_kv_len` sizes the launch (grid, splits) for that context instead
+// of the longest one, as a decode graph does for its bucket. `combine` is
+// the decode form's way of merging split contexts; kInKernel brings its
+// split counters, zeroed.
+struct Launch {
+  cuda::DeviceMemory q, k, v, slots, sequences, out, workspace, staging, counters;
+  cuda::AttentionArgs args;
+  size_t out_elements = 0;
+};
+
+Launch prepare_launch(const Problem& p, AttentionKernel kernel, int multiprocessors, int bucket_kv_len = 0,
+                      cuda::AttentionCombine combine = cuda::AttentionCombine::kSeparateKernel) {
+  Launch l;
+  l.q = upload(p.q);
+  l.k = upload(p.k);
+  l.v = upload(p.v);
+  l.slots = upload(p.slots);
+  l.sequences = upload(p.sequences);
+  l.out_elements = static_cast<size_t>(p.tokens) * p.heads * p.head_dim;
+  auto out = cuda::device_alloc(l.out_elements * 2, "out");
   EXPECT_TRUE(out.is_ok());
-  EXPECT_EQ(cudaMemset(out->get(), 0xff, out_elements * 2), cudaSuccess);  // NaN
-  cuda::AttentionArgs a;
-  a.q = static_cast<const __nv_bfloat16*>(q.get());
+  l.out = std::move(*out);
+  cuda::AttentionArgs& a = l.args;
+  a.q = static_cast<const __nv_bfloat16*>(l.q.get());
   a.q_token_stride = static_cast<int64_t>(p.heads) * p.head_dim;
-  a.out = static_cast<__nv_bfloat16*>(out->get());
-  a.k_plane = static_cast<const __nv_bfloat16*>(k.get());
-  a.v_plane = static_cast<const __nv_bfloat16*>(v.get());
-  a.slots = static_cast<const uint32_t*>(slots.get());
-  a.sequences = static_cast<const cuda::AttentionSequence*>(sequences.get());
+  a.out = static_cast<__nv_bfloat16*>(l.out.get());
+  a.k_plane = static_cast<const __nv_bfloat16*>(l.k.get());
+  a.v_plane = static_cast<const __nv_bfloat16*>(l.v.get());
+  a.slots = static_cast<const uint32_t*>(l.slots.get());
+  a.sequences = static_cast<const cuda::AttentionSequence*>(l.sequences.get());
   a.num_sequences = static_cast<int>(p.sequences.size());
   for (const auto& s : p.sequences) {
     a.max_q_len = std::max(a.max_q_len, s.q_len);
@@ -135,26 +149,58 @@ std::vector<float> run(const Problem& p, AttentionKernel kernel, int multiproces
   a.scale = 1.f / std::sqrt(static_cast<float>(p.head_dim));
   a.kernel = kernel;
   a.splits = cuda::attention_splits(a, multiprocessors);
-  *splits_used = a.splits;
   auto workspace = cuda::device_alloc(
       std::max<size_t>(1, cuda::attention_workspace_floats(a.splits, p.tokens, p.heads, p.head_dim)) * sizeof(float),
       "workspace");
   EXPECT_TRUE(workspace.is_ok());
-  a.workspace = static_cast<float*>(workspace->get());
+  l.workspace = std::move(*workspace);
+  a.workspace = static_cast<float*>(l.workspace.get());
+  a.combine = combine;
+  if (combine == cuda::AttentionCombine::kInKernel) {
+    const size_t counter_bytes = static_cast<size_t>(a.num_sequences) * a.kv_heads * sizeof(unsigned int);
+    auto counters = cuda::device_alloc(counter_bytes, "split counters");
+    EXPECT_TRUE(counters.is_ok());
+    l.counters = std::move(*counters);
+    EXPECT_EQ(cudaMemset(l.counters.get(), 0, counter_bytes), cudaSuccess);
+    a.split_counters = static_cast<unsigned int*>(l.counters.get());
+  }
   a.context_entries = static_cast<int>(p.slots.size());
   // Poisoned: a staged row the kernel reads before its gather wrote it shows as NaN.
-  auto staging = cuda::device_alloc(std::max<size_t>(1, cuda::attention_staging_bytes(a)), "staging");
+  const size_t staging_bytes = std::max<size_t>(1, cuda::attention_staging_bytes(a));
+  auto staging = cuda::device_alloc(staging_bytes, "staging");
   EXPECT_TRUE(staging.is_ok());
-  EXPECT_EQ(cudaMemset(staging->get(), 0xff, std::max<size_t>(1, cuda::attention_staging_bytes(a))), cudaSuccess);
-  a.staging = staging->get();
-  const Status status = cuda::launch_attention(a, nullptr);
+  l.staging = std::move(*staging);
+  EXPECT_EQ(cudaMemset(l.staging.get(), 0xff, staging_bytes), cudaSuccess);
+  a.staging = l.staging.get();
+  return l;
+}
+
+// Launches `l` on an output poisoned with NaN; the output's bits.
+std::vector<uint16_t> launch_bits(const Launch& l) {
+  EXPECT_EQ(cudaMemset(l.out.get(), 0xff, l.out_elements * 2), cudaSuccess);
+  const Status status = cuda::launch_attention(l.args, nullptr);
   EXPECT_TRUE(status.is_ok()) << status.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<__nv_bfloat16> host(out_elements);
-  EXPECT_EQ(cudaMemcpy(host.data(), out->get(), out_elements * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-  std::vector<float> result(out_elements);
-  for (size_t i = 0; i < out_elements; ++i) result[i] = __bfloat162float(host[i]);
+  std::vector<uint16_t> bits(l.out_elements);
+  EXPECT_EQ(cudaMemcpy(bits.data(), l.out.get(), l.out_elements * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  return bits;
+}
+
+std::vector<float> as_floats(const std::vector<uint16_t>& bits) {
+  std::vector<float> result(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint32_t widened = uint32_t{bits[i]} << 16;  // BF16 is a float's top half
+    std::memcpy(&result[i], &widened, sizeof(float));
+  }
   return result;
+}
+
+// Runs `kernel` on the problem (prepare_launch() says how); the output as floats.
+std::vector<float> run(const Problem& p, AttentionKernel kernel, int multiprocessors, int* splits_used,
+                       int bucket_kv_len = 0) {
+  const Launch l = prepare_launch(p, kernel, multiprocessors, bucket_kv_len);
+  *splits_used = l.args.splits;
+  return as_floats(launch_bits(l));
 }
 
 // ‖out − ref‖ / ‖ref‖, and whether every element is finite.
@@ -274,6 +320,71 @@ TEST(GpuAttentionDecodeTest, FewRowsPerKvHeadMatchAFloat64ReferenceSplitOrNot) {
   }
   EXPECT_TRUE(whole_seen) << "no long context ran in one block: the in-block merge alone went untested";
   EXPECT_TRUE(split_seen) << "no shape split its context: the combine step went untested";
+}
+
+// Split decode contexts merged in the attention kernel, by the last split
+// block of each (sequence, KV head), give the combine kernel's very bits,
+// and again on a second launch, which finds the counters the first left at
+// zero (as a graph replay or the next layer does).
+TEST(GpuAttentionDecodeTest, InKernelCombineGivesTheCombineKernelsBitsLaunchAfterLaunch) {
+  HIQ_SKIP_OR_FAIL_WITHOUT_GPU();
+  // `sequences` decode rows, each with a context of `context` tokens.
+  const auto decode = [](int sequences, int context) {
+    return std::vector<std::pair<int, int>>(static_cast<size_t>(sequences), {1, context - 1});
+  };
+  const std::vector<Shape> shapes = {
+      {32, 8, decode(1, 2048)},                             // Qwen3-8B, batch 1
+      {32, 8, decode(1, 5000)},
+      {32, 8, decode(8, 2048)},                             // batch 8
+      {32, 8, decode(8, 5000)},
+      {32, 8, {{1, 40}, {1, 700}, {4, 1996}, {1, 4999}}},  // lengths differ; 16 rows in one
+      {32, 8, decode(8, 2048), 64},                         // head_dim 64
+      {8, 8, decode(1, 3000), 64},                          // head_dim 64, no GQA
+  };
+  constexpr int kMultiprocessors = 132;  // the H200's
+  uint32_t seed = 300;
+  for (const Shape& shape : shapes) {
+    const Problem p = make_problem(shape, seed++);
+    const std::vector<double> want = reference(p);
+    int longest = 0;
+    for (const auto& sequence : p.sequences) longest = std::max(longest, sequence.kv_len);
+    // Sized for the longest context, and for a graph's bucket of twice it
+    // (the shorter contexts then leave some split blocks nothing to read).
+    for (const int bucket : {0, 2 * longest}) {
+      const std::string where = "shape " + std::to_string(seed - 1) + ", bucket " + std::to_string(bucket);
+      const Launch separate = prepare_launch(p, AttentionKernel::kPortable, kMultiprocessors, bucket,
+                                             cuda::AttentionCombine::kSeparateKernel);
+      const Launch fused = prepare_launch(p, AttentionKernel::kPortable, kMultiprocessors, bucket,
+                                          cuda::AttentionCombine::kInKernel);
+      ASSERT_GT(separate.args.splits, 1) << where << ": the context must split for a combine to happen";
+      ASSERT_EQ(fused.args.splits, separate.args.splits) << where;
+      ASSERT_FALSE(cuda::attention_combines_in_kernel(separate.args)) << where;
+      ASSERT_TRUE(cuda::attention_combines_in_kernel(fused.args)) << where;
+
+      const std::vector<uint16_t> expected = launch_bits(separate);
+      const size_t bytes = expected.size() * sizeof(uint16_t);
+      EXPECT_EQ(std::memcmp(launch_bits(separate).data(), expected.data(), bytes), 0)
+          << where << ": the combine kernel gave other bits the second time";
+      for (int launch = 1; launch <= 2; ++launch) {
+        const std::vector<uint16_t> bits = launch_bits(fused);
+        ASSERT_EQ(bits.size(), expected.size());
+        size_t differing = 0;
+        for (size_t i = 0; i < bits.size(); ++i) differing += bits[i] != expected[i] ? 1 : 0;
+        EXPECT_EQ(std::memcmp(bits.data(), expected.data(), bytes), 0)
+            << where << ", launch " << launch << ": " << differing << " of " << bits.size()
+            << " elements differ from the combine kernel's";
+        const auto [error, finite] = compare(as_floats(bits), want);
+        EXPECT_TRUE(finite) << where << ", launch " << launch;
+        EXPECT_LT(error, 1e-2) << where << ", launch " << launch << ", splits " << fused.args.splits;
+      }
+      // Every launch leaves its counters as it found them: zero.
+      std::vector<unsigned int> counters(static_cast<size_t>(fused.args.num_sequences) * fused.args.kv_heads);
+      ASSERT_EQ(cudaMemcpy(counters.data(), fused.counters.get(), counters.size() * sizeof(unsigned int),
+                           cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_EQ(std::count(counters.begin(), counters.end(), 0u), static_cast<long>(counters.size())) << where;
+    }
+  }
 }
 
 TEST(GpuAttentionChoiceTest, PicksTheSm90KernelOnlyForPrefillsThatFillTheGpu) {

@@ -30,8 +30,11 @@ struct AttentionBenchOptions {
 struct AttentionBenchReport {
   std::string gpu;
   struct Kernel {
-    std::string name;  // "portable", "sm90", "sm90-staged", "cudnn"
-    bool ran = true;   // false: it could not run here (cudnn without cuDNN, or no cuDNN engine for the shape)
+    // "portable", "portable-combine-in-kernel" (a split decode context's
+    // merge in the attention kernel, not a kernel of its own), "sm90",
+    // "sm90-staged", "cudnn"
+    std::string name;
+    bool ran = true;  // false: it could not run here (cudnn without cuDNN, or no cuDNN engine for the shape)
     double seconds = 0;
     double relative_error = 0;  // ‖out − portable's‖ / ‖portable's‖ (0 for portable itself)
     std::string note;  // cudnn: its version and engine, or why it did not run

@@ -261,6 +261,54 @@ __device__ __forceinline__ void write_partial_stats(const AttentionArgs& a, int 
   stats[1] = sum;
 }
 
+// Merging the splits of one output row (`out_row`, a (token, head) pair):
+//   out = Σ_s w_s · acc_s,  w_s = 2^(max_s − M) / Σ_s 2^(max_s − M) · sum_s,  M = max_s max_s.
+// The combine kernel and the in-kernel combine of the decode form both run
+// these two functions, so their outputs are the same bits; the products and
+// sums are written as explicit roundings so that no context can contract
+// them differently. Loads bypass L1 (ld.global.cg): in the in-kernel
+// combine, blocks on other multiprocessors wrote these partials.
+constexpr int kMostSplits = 64;  // attention_splits() never gives more
+
+// One whole warp reads every split's (max, sum) of the row, one split a
+// lane (two for more than 32 splits), and leaves w_s in weight[s] for every
+// s < kMostSplits (0 past a.splits).
+__device__ __forceinline__ void combine_weights(const AttentionArgs& a, int64_t out_row, int lane, float* weight) {
+  const int64_t rows_total = static_cast<int64_t>(a.num_tokens) * a.heads;
+  const float* stats = a.workspace + a.splits * rows_total * a.head_dim;
+  float max[2], sum[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int split = lane + 32 * h;
+    const bool used = split < a.splits;
+    max[h] = used ? __ldcg(stats + (split * rows_total + out_row) * 2) : -INFINITY;
+    sum[h] = used ? __ldcg(stats + (split * rows_total + out_row) * 2 + 1) : 0.f;
+  }
+  float most = fmaxf(max[0], max[1]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
+  const float base = most == -INFINITY ? 0.f : most;
+  const float scale[2] = {exp2f(max[0] - base), exp2f(max[1] - base)};
+  float total = __fmaf_rn(scale[0], sum[0], __fmul_rn(scale[1], sum[1]));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+  const float inv = total > 0.f ? __frcp_rn(total) : 0.f;
+  weight[lane] = __fmul_rn(scale[0], inv);
+  weight[lane + 32] = __fmul_rn(scale[1], inv);
+}
+
+// Element d of the row's output, from combine_weights()' weights: the splits
+// summed in order, eight loads in flight.
+__device__ __forceinline__ float combine_element(const AttentionArgs& a, const float* weight, int64_t out_row,
+                                                 int d) {
+  const int64_t split_stride = static_cast<int64_t>(a.num_tokens) * a.heads * a.head_dim;
+  const float* partial = a.workspace + out_row * a.head_dim + d;
+  float v = 0.f;
+#pragma unroll 8
+  for (int s = 0; s < a.splits; ++s) v = __fmaf_rn(weight[s], __ldcg(partial + s * split_stride), v);
+  return v;
+}
+
 template <int D, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a) {
   constexpr int kRows = kRowsPerWarp * kWarps;  // rows per block
@@ -356,8 +404,20 @@ constexpr size_t kDecodeMergeBytes = kDecodeWarps * kDecodeRows * (D + 2) * size
 template <int D>
 constexpr size_t kDecodeSmemBytes = std::max(kSmemBytes<D>, kDecodeMergeBytes<D>);
 
+// The in-kernel combine: the block's flag (whether it arrived last) at
+// float 0 of the shared memory, then its rows' split weights [row][split]
+// from float kCombineWeights on.
+constexpr int kCombineWeights = 32;  // floats: 128 bytes, clear of the flag
+constexpr size_t kCombineSmemBytes = (kCombineWeights + kDecodeRows * kMostSplits) * sizeof(float);
+
+// Whether the decode kernel merges its splits itself (AttentionCombine::kInKernel).
+__host__ __device__ __forceinline__ bool combines_in_kernel(const AttentionArgs& a) {
+  return a.splits > 1 && a.combine == AttentionCombine::kInKernel && a.split_counters != nullptr;
+}
+
 template <int D>
 __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(AttentionArgs a) {
+  static_assert(kCombineSmemBytes <= kDecodeSmemBytes<D>, "the combine's weights fit the stages");
   constexpr int kThreads = kDecodeWarps * 32, kWarpTokens = kTile / kDecodeWarps;
   static_assert(kWarpTokens == 16, "a warp's share of a tile is one 16-token A fragment of P");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -405,6 +465,18 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
     accumulate_values<kWarpTokens / 8, D>(state.acc, s, v_rows, lane);
     __syncthreads();  // the stage is overwritten by the load two tiles on
   }
+  // Programmatic dependent launch (dependent_launch.cuh): the output
+  // projection after us may be scheduled once every block of this grid has
+  // got here (griddepcontrol.launch_dependents only allows its scheduling),
+  // and stream its weights. It reads `out` only after its
+  // wait_for_prerequisites(), griddepcontrol.wait, which returns when this
+  // whole grid has completed and its writes are visible — the last block's
+  // combine included. So the in-kernel combine may write `out` after this.
+  // (With the separate combine, that kernel is what comes next, launched
+  // without the attribute, and it calls this itself; with one split, the
+  // kernel keeps its implicit trigger at exit.)
+  const bool combine_here = combines_in_kernel(a);
+  if (combine_here) allow_dependents();
 
   // Merge the warps: each leaves its max, sum and unnormalised output per
   // row in shared memory (the stages are free: the loop ended on a barrier).
@@ -424,6 +496,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
     }
   }
   __syncthreads();
+  // Row `row` of this block's rows (q_len × group) is (token row / group, head kv_head · group + row % group).
+  const auto out_row_of = [&](int row) {
+    return static_cast<int64_t>(seq.q_start + row / group) * a.heads + kv_head * group + row % group;
+  };
   for (int i = threadIdx.x; i < rows * D; i += kThreads) {
     const int row = i / D, d = i % D;
     float most = -INFINITY;
@@ -435,7 +511,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
       value += weight * merge_out[(w * kDecodeRows + row) * D + d];
       total += weight * merge_stats[(w * kDecodeRows + row) * 2 + 1];
     }
-    const int64_t out_row = static_cast<int64_t>(seq.q_start + row / group) * a.heads + kv_head * group + row % group;
+    const int64_t out_row = out_row_of(row);
     if (a.splits == 1) {
       a.out[out_row * D + d] = __float2bfloat16_rn(total > 0.f ? value / total : 0.f);
     } else {
@@ -443,51 +519,62 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
       if (d == 0) write_partial_stats(a, split, out_row, most, total);
     }
   }
+  if (!combine_here) return;
+
+  // The last of the (sequence, KV head)'s split blocks to get here merges
+  // the splits ("split-K with a semaphore"); the others are done. Why the
+  // last one sees every split's partials, in the terms of the PTX memory
+  // model: a split's threads wrote them with plain stores; the barrier
+  // below orders those before thread 0's fence, and that fence (fence.sc at
+  // GPU scope, cumulative) with the atomic add after it is a release. The
+  // last block's add is the one that finds splits − 1, and its fence after
+  // it is the matching acquire: each add reads the value of the one before
+  // it, and PTX's observation order runs through such chains of atomic
+  // read-modify-writes, so every other block's release reaches it. The
+  // barrier after that carries the acquire to every thread of the block.
+  // So each partial write happens before each read of it, and those loads
+  // go through L2 (__ldcg), L1 not being coherent across multiprocessors.
+  // No block ever waits on another: no schedule of the blocks can stall.
+  auto* arrived_last = reinterpret_cast<unsigned int*>(smem_raw);
+  float* weight = reinterpret_cast<float*>(smem_raw) + kCombineWeights;  // [row][kMostSplits]
+  __syncthreads();  // every partial written (and the merge's shared memory read: the flag overwrites it)
+  if (threadIdx.x == 0) {
+    unsigned int* counter = a.split_counters + blockIdx.y;
+    __threadfence();
+    const bool last = atomicAdd(counter, 1u) == static_cast<unsigned int>(a.splits - 1);
+    if (last) {
+      // Every split has counted itself: none touches the counter again in
+      // this launch, and the next launch (the next layer, a graph's next
+      // replay) finds it zero, stream order making the store visible.
+      *counter = 0;
+      __threadfence();
+    }
+    *arrived_last = last ? 1u : 0u;
+  }
+  __syncthreads();
+  if (*arrived_last == 0) return;
+  // Exactly as combine_kernel: a warp's weights per row, then each element's sum over the splits.
+  for (int row = warp; row < rows; row += kDecodeWarps)
+    combine_weights(a, out_row_of(row), lane, weight + row * kMostSplits);
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * D; i += kThreads) {
+    const int row = i / D, d = i % D;
+    const int64_t out_row = out_row_of(row);
+    a.out[out_row * D + d] = __float2bfloat16_rn(combine_element(a, weight + row * kMostSplits, out_row, d));
+  }
 }
 
-// out = Σ_s 2^(max_s − M) · acc_s / Σ_s 2^(max_s − M) · sum_s, M = max_s max_s.
-// One block of head_dim threads (rounded up to a warp) per (token, head)
-// row. The first warp reads every split's (max, sum) at once, one split a
-// lane, and leaves each split's weight in shared memory; then each thread
-// adds its element of the splits' outputs, several loads in flight.
-constexpr int kMostSplits = 64;  // attention_splits() never gives more
+// The splits' merge as a kernel of its own: one block of head_dim threads
+// (rounded up to a warp) per (token, head) row; its first warp finds the
+// weights, then each thread adds its element of the splits' outputs.
 __global__ void combine_kernel(AttentionArgs a) {
   allow_dependents();  // the output projection may start on its weights
   __shared__ float weight[kMostSplits];
-  const int64_t rows_total = static_cast<int64_t>(a.num_tokens) * a.heads;
   const int64_t row = blockIdx.x;
-  if (threadIdx.x < 32) {
-    const float* stats = a.workspace + a.splits * rows_total * a.head_dim;
-    const int lane = static_cast<int>(threadIdx.x);
-    float max[2], sum[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int split = lane + 32 * h;
-      const bool used = split < a.splits;
-      max[h] = used ? stats[(split * rows_total + row) * 2] : -INFINITY;
-      sum[h] = used ? stats[(split * rows_total + row) * 2 + 1] : 0.f;
-    }
-    float most = fmaxf(max[0], max[1]);
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) most = fmaxf(most, __shfl_xor_sync(0xffffffffu, most, offset));
-    const float base = most == -INFINITY ? 0.f : most;
-    const float scale[2] = {exp2f(max[0] - base), exp2f(max[1] - base)};
-    float total = scale[0] * sum[0] + scale[1] * sum[1];
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    weight[lane] = scale[0] * inv;
-    weight[lane + 32] = scale[1] * inv;
-  }
+  if (threadIdx.x < 32) combine_weights(a, row, static_cast<int>(threadIdx.x), weight);
   __syncthreads();
-  const float* partial = a.workspace + row * a.head_dim;
-  const int64_t split_stride = rows_total * a.head_dim;
-  for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
-    float v = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < a.splits; ++s) v += weight[s] * partial[s * split_stride + d];
-    a.out[row * a.head_dim + d] = __float2bfloat16_rn(v);
-  }
+  for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x)
+    a.out[row * a.head_dim + d] = __float2bfloat16_rn(combine_element(a, weight, row, d));
 }
 
 int rows_per_block(const AttentionArgs& a) {
@@ -526,7 +613,7 @@ Status launch(const AttentionArgs& a, cudaStream_t stream) {
     HIQ_RETURN_IF_ERROR(
         (large ? launch_warps<D, kLargeWarps>(a, stream) : launch_warps<D, kSmallWarps>(a, stream)));
   }
-  if (a.splits > 1) {
+  if (a.splits > 1 && !attention_combines_in_kernel(a)) {
     const int threads = std::min(1024, (a.head_dim + 31) / 32 * 32);
     combine_kernel<<<static_cast<unsigned>(a.num_tokens * a.heads), threads, 0, stream>>>(a);
     HIQ_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -547,6 +634,10 @@ bool decode_sized(const AttentionArgs& a) {
 
 bool attention_decode_form(const AttentionArgs& a) {
   return a.kernel == AttentionKernel::kPortable && decode_sized(a);
+}
+
+bool attention_combines_in_kernel(const AttentionArgs& a) {
+  return attention_decode_form(a) && combines_in_kernel(a);
 }
 
 bool attention_head_dim_supported(int head_dim) {
@@ -643,7 +734,10 @@ int attention_splits(const AttentionArgs& a, int multiprocessors) {
   }
   // Decode blocks all read about as much and are bound by memory: the step
   // lasts about (waves of blocks) × (tiles a block reads + one for its
-  // fixed work), plus a tile's worth for the combine kernel when split.
+  // fixed work), plus a tile's worth for the combine when split. Merged in
+  // the kernel, the combine saves its launch but not its reads (about a
+  // tile's bytes at head_dim 128 and 16 splits), now at the tail of the
+  // last split block: the same charge for both.
   // Pick the cheapest; the fewest splits among equals.
   const long slots = static_cast<long>(std::max(multiprocessors, 1)) * decode_blocks_per_multiprocessor(a.head_dim);
   long best = 1, best_cost = LONG_MAX;

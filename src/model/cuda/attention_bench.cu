@@ -169,20 +169,34 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
       HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory staging,
                            cuda::device_alloc(std::max<size_t>(1, cuda::attention_staging_bytes(args)), "staging"));
       args.staging = staging.get();
-      // NaN everywhere first: an element the kernel skipped shows as an error.
-      HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(out.get(), 0xff, static_cast<size_t>(tokens) * q_row * 2));
-      AttentionBenchReport::Kernel k_row;
-      k_row.name = kernel == AttentionKernel::kSm90         ? "sm90"
-                   : kernel == AttentionKernel::kSm90Staged ? "sm90-staged"
-                                                            : "portable";
-      HIQ_ASSIGN_OR_RETURN(k_row.seconds,
-                           cuda::median_event_seconds([&](int) { return cuda::launch_attention(args, stream.get()); }, 1,
+      // The portable kernel's split decode contexts merge in a kernel of
+      // their own ("portable") and, timed too, in the attention kernel
+      // itself, on counters zeroed once ("portable-combine-in-kernel").
+      HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory counters,
+                           cuda::device_alloc(std::max<size_t>(1, static_cast<size_t>(o.kv_heads) * sizeof(unsigned int)),
+                                              "split counters"));
+      HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(counters.get(), 0, static_cast<size_t>(o.kv_heads) * sizeof(unsigned int)));
+      args.split_counters = static_cast<unsigned int*>(counters.get());
+      for (const cuda::AttentionCombine combine :
+           {cuda::AttentionCombine::kSeparateKernel, cuda::AttentionCombine::kInKernel}) {
+        args.combine = combine;
+        if (combine == cuda::AttentionCombine::kInKernel && !cuda::attention_combines_in_kernel(args)) continue;
+        // NaN everywhere first: an element the kernel skipped shows as an error.
+        HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(out.get(), 0xff, static_cast<size_t>(tokens) * q_row * 2));
+        AttentionBenchReport::Kernel k_row;
+        k_row.name = kernel == AttentionKernel::kSm90                 ? "sm90"
+                     : kernel == AttentionKernel::kSm90Staged         ? "sm90-staged"
+                     : combine == cuda::AttentionCombine::kInKernel ? "portable-combine-in-kernel"
+                                                                      : "portable";
+        HIQ_ASSIGN_OR_RETURN(k_row.seconds, cuda::median_event_seconds(
+                                                [&](int) { return cuda::launch_attention(args, stream.get()); }, 1,
                                                 o.seconds_per_measurement, stream.get()));
-      HIQ_ASSIGN_OR_RETURN(std::vector<float> result,
-                           cuda::download_floats(out.get(), static_cast<size_t>(tokens) * q_row, false));
-      if (kernel == AttentionKernel::kPortable) portable_out = std::move(result);
-      else k_row.relative_error = cuda::relative_error(result, portable_out);
-      row.kernels.push_back(k_row);
+        HIQ_ASSIGN_OR_RETURN(std::vector<float> result,
+                             cuda::download_floats(out.get(), static_cast<size_t>(tokens) * q_row, false));
+        if (portable_out.empty()) portable_out = std::move(result);
+        else k_row.relative_error = cuda::relative_error(result, portable_out);
+        row.kernels.push_back(k_row);
+      }
     }
     HIQ_ASSIGN_OR_RETURN(AttentionBenchReport::Kernel cudnn_row,
                          run_cudnn(cudnn ? cudnn->get() : nullptr, cudnn_unavailable, args, k, v, slots,

@@ -129,6 +129,13 @@ struct PassLayout {
 
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
+// Whether split decode contexts are merged by the attention kernel's last
+// block (AttentionCombine::kInKernel, on split counters) rather than by a
+// kernel of their own. Off until it has passed its GPU tests and sanitizers
+// and measured faster on the GPU (docs/benchmarks.md): without counters the
+// separate kernel runs.
+constexpr bool kInKernelSplitCombine = false;
+
 PassLayout layout_of(const PassShape& p, size_t context) {
   PassLayout l;
   l.positions = align16(l.tokens + static_cast<size_t>(p.rows) * sizeof(int32_t));
@@ -186,10 +193,15 @@ class CudaModelImpl final : public CudaModel {
   Result<bool> prepare_cudnn(const PassShape& p, const PassLayout& layout);
   // The context staged, then cuDNN's attention of each sequence.
   Status run_cudnn(const cuda::AttentionArgs& attention, const PassShape& p, const PassLayout& layout);
+  // Grows the attention's split counters to `count`, zeroed; on failure
+  // leaves none (attention then merges its splits in a kernel of its own).
+  void reserve_split_counters(size_t count);
+  // The split counters for a pass's attention: nullptr unless there are enough.
+  unsigned int* split_counters(const cuda::AttentionArgs& attention) const;
   // The scratch a decode graph may read (attention_staging_ is prefill's alone).
-  std::array<const Scratch*, 12> scratch() const {
-    return {&x_,    &normed_, &qkv_,    &attn_, &delta_,        &gate_up_,
-            &act_,  &rows_,   &logits_, &next_, &attention_ws_, &inputs_};
+  std::array<const Scratch*, 13> scratch() const {
+    return {&x_,    &normed_, &qkv_,  &attn_,         &delta_,          &gate_up_, &act_,
+            &rows_, &logits_, &next_, &attention_ws_, &split_counters_, &inputs_};
   }
   // Every address a decode graph holds that can move: the scratch, the pool's planes.
   std::vector<const void*> graph_addresses(DeviceKvPool& l1) const;
@@ -215,6 +227,10 @@ class CudaModelImpl final : public CudaModel {
   // Scratch, sized for the largest pass so far.
   Scratch x_, normed_, qkv_, attn_, delta_, gate_up_, act_, rows_, logits_, next_, attention_ws_, attention_staging_,
       inputs_;
+  // AttentionArgs::split_counters, one per (sequence, KV head) of the
+  // largest split pass so far: zeroed when allocated, and every attention
+  // launch leaves them zero, graph replays included.
+  Scratch split_counters_;
   cuda::PinnedMemory staging_;  // host side of inputs_ and of the results
   size_t staging_bytes_ = 0;
   // cuDNN's prefill attention: made on the first pass that asks for it;
@@ -493,6 +509,8 @@ Status CudaModelImpl::prepare(DeviceKvPool& l1, const PassShape& p, const PassLa
   if (attention.kernel == cuda::AttentionKernel::kSm90Staged && options_.prefill_attention == PrefillAttention::kCudnn) {
     HIQ_ASSIGN_OR_RETURN(cudnn_pass_, prepare_cudnn(p, layout));
   }
+  if (kInKernelSplitCombine && attention.splits > 1 && cuda::attention_decode_form(attention))
+    reserve_split_counters(static_cast<size_t>(p.sequences) * static_cast<size_t>(s.num_kv_heads));
   if (graph) graphs_.bind(graph_addresses(l1));
 
   HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kOther));
@@ -574,6 +592,24 @@ Status CudaModelImpl::run_cudnn(const cuda::AttentionArgs& attention, const Pass
   return Status::ok();
 }
 
+void CudaModelImpl::reserve_split_counters(size_t count) {
+  const size_t bytes = count * sizeof(unsigned int);
+  if (bytes <= split_counters_.bytes) return;
+  // Zeroed on the stream, before any launch that counts on them. Without
+  // them the results are the same, one launch a layer slower: no pass fails for them.
+  if (split_counters_.reserve(bytes, "attention split counters").is_ok() &&
+      cudaMemsetAsync(split_counters_.memory.get(), 0, bytes, stream_.get()) == cudaSuccess)
+    return;
+  (void)cudaGetLastError();
+  split_counters_.memory.reset();
+  split_counters_.bytes = 0;
+}
+
+unsigned int* CudaModelImpl::split_counters(const cuda::AttentionArgs& attention) const {
+  const size_t count = static_cast<size_t>(attention.num_sequences) * static_cast<size_t>(attention.kv_heads);
+  return count * sizeof(unsigned int) <= split_counters_.bytes ? split_counters_.as<unsigned int>() : nullptr;
+}
+
 Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLayout& layout,
                               const BeforeLayerAttention& before_attention) {
   const ModelShape& s = shape_;
@@ -591,6 +627,7 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
   attention.sequences = reinterpret_cast<const cuda::AttentionSequence*>(in + layout.sequences);
   attention.slots = reinterpret_cast<const uint32_t*>(in + layout.context_slots);
   attention.workspace = attention_ws_.as<float>();
+  attention.split_counters = split_counters(attention);
   attention.staging = attention_staging_.memory.get();
 
   bf16* x = x_.as<bf16>();

@@ -12,7 +12,7 @@
 // exactly as if the launch had waited.
 //
 // The decode step's matrix products use it to stream their first weights
-// while the norm or the elementwise kernel before them finishes.
+// while the norm, elementwise or attention kernel before them finishes.
 #pragma once
 
 namespace hiq::cuda {

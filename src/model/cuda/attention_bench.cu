@@ -39,7 +39,7 @@ Result<cuda::DeviceMemory> gathered_context(const cuda::DeviceMemory& plane, con
 
 // The cudnn row: cuDNN's fused flash attention on the same inputs, or why it did not run.
 Result<AttentionBenchReport::Kernel> run_cudnn(cuda::CudnnAttention* cudnn, const std::string& unavailable_reason,
-                                               const AttentionArgs& args, const cuda::DeviceMemory& k,
+                                               const AttentionArgs& args, bool stage_in_time, const cuda::DeviceMemory& k,
                                                const cuda::DeviceMemory& v, const std::vector<uint32_t>& slots,
                                                const std::vector<float>& portable_out, double seconds,
                                                cudaStream_t stream) {
@@ -52,6 +52,10 @@ Result<AttentionBenchReport::Kernel> run_cudnn(cuda::CudnnAttention* cudnn, cons
   }
   const cuda::CudnnAttentionShape shape{args.max_q_len, args.max_kv_len, args.heads,
                                         args.kv_heads,  args.head_dim,   args.q_token_stride};
+  if (Status valid = cuda::validate_cudnn_attention_shape(shape); !valid.is_ok()) {
+    row.note = valid.message();
+    return row;
+  }
   auto workspace_bytes = cudnn->prepare(shape);  // the plan, built outside the timing
   if (!workspace_bytes) {
     if (workspace_bytes.status().code() != StatusCode::kUnavailable) return workspace_bytes.status();
@@ -71,15 +75,16 @@ Result<AttentionBenchReport::Kernel> run_cudnn(cuda::CudnnAttention* cudnn, cons
   a.workspace = workspace.get();
   a.workspace_bytes = *workspace_bytes;
   // As the model runs it (and as sm90-staged is timed): the context staged
-  // from L1 by the staging kernel, then cuDNN, both in the time. Other head
-  // dims have no staging kernel: their context is gathered before, untimed.
+  // from L1 by the staging kernel, then cuDNN, both in the time. Where the
+  // staging kernel does not run (other head dims, a GPU without the Hopper
+  // kernels), the context is gathered before, untimed.
   AttentionArgs staged = args;
   staged.kernel = AttentionKernel::kCudnn;
   staged.splits = 1;
   staged.context_entries = args.max_kv_len;
   cuda::DeviceMemory staging, k_context, v_context;
   std::function<Status()> launch;
-  if (args.head_dim == 128) {
+  if (stage_in_time) {
     HIQ_ASSIGN_OR_RETURN(staging, cuda::device_alloc(cuda::attention_staging_bytes(staged), "staging"));
     staged.staging = staging.get();
     const cuda::StagedContext context = cuda::staged_context(staged, 0);
@@ -224,7 +229,10 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
       }
     }
     HIQ_ASSIGN_OR_RETURN(AttentionBenchReport::Kernel cudnn_row,
-                         run_cudnn(cudnn ? cudnn->get() : nullptr, cudnn_unavailable, args, k, v, slots,
+                         run_cudnn(cudnn ? cudnn->get() : nullptr, cudnn_unavailable, args,
+                                   o.head_dim == 128 && cuda::attention_kernel_for(args, multiprocessors) ==
+                                                            AttentionKernel::kSm90,
+                                   k, v, slots,
                                    portable_out, o.seconds_per_measurement, stream.get()));
     row.kernels.push_back(std::move(cudnn_row));
     report.rows.push_back(std::move(row));

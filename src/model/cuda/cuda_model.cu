@@ -551,6 +551,14 @@ Result<bool> CudaModelImpl::prepare_cudnn(const PassShape& p, const PassLayout& 
   // inputs are uploaded from it).
   const auto* sequences =
       reinterpret_cast<const cuda::AttentionSequence*>(static_cast<const std::byte*>(staging_.get()) + layout.sequences);
+  // Every plan of the pass must stay cached until run_cudnn (which would
+  // otherwise build one again, on the stream's time): a pass of more
+  // distinct shapes than the cache holds runs ours.
+  std::vector<cuda::CudnnAttentionShape> shapes;
+  for (int b = 0; b < p.sequences; ++b)
+    if (const auto shape = cudnn_shape(shape_, sequences[b]); std::find(shapes.begin(), shapes.end(), shape) == shapes.end())
+      shapes.push_back(shape);
+  if (shapes.size() > cuda::CudnnAttentionOptions{}.max_plans) return false;
   size_t workspace = 0;
   for (int b = 0; b < p.sequences; ++b) {
     const Result<size_t> bytes = cudnn_->prepare(cudnn_shape(shape_, sequences[b]));

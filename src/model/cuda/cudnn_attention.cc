@@ -76,9 +76,11 @@ struct CudnnApi {
       last_error_string(last.data(), last.size());
       if (last[0] != '\0') message += "; " + std::string(last.data());
     }
-    // 3xxx: this cuDNN, GPU or graph is not supported — an absent backend, not a bug.
+    // 1xxx: a sub-library (engines, NVRTC) could not be loaded; 3xxx: this
+    // cuDNN, GPU or graph is not supported — an absent backend, not a bug.
     const int code = static_cast<int>(status);
-    return code >= 3000 && code < 4000 ? unavailable(std::move(message)) : internal_error(std::move(message));
+    const bool absent = (code >= 1000 && code < 2000) || (code >= 3000 && code < 4000);
+    return absent ? unavailable(std::move(message)) : internal_error(std::move(message));
   }
 };
 
@@ -458,8 +460,21 @@ struct CudnnAttention::Impl {
     if (handle != nullptr) (void)api->destroy(handle);
   }
 
+  // Shapes this cuDNN is known to get wrong, which the frontend refuses for
+  // it (its SDPA support checks): no plan, so that ours runs instead.
+  Status known_bad(const CudnnAttentionShape& shape) const {
+    const size_t v = api->version_number;
+    const std::string in = "cuDNN " + api->version + " ";
+    if (v >= 91000 && v < 91002) return unavailable(in + "has known bugs in BF16 SDPA forward (9.10.0, 9.10.1)");
+    if (v < 90600 && (shape.q_len % 64 != 0 || shape.kv_len % 64 != 0))
+      return unavailable(in + "takes a bottom-right causal mask only for lengths that are multiples of 64");
+    if (v < 91000 && shape.q_len == 1) return unavailable(in + "mishandles a causal mask over one query token");
+    return Status::ok();
+  }
+
   Result<Plan*> plan_for(const CudnnAttentionShape& shape) {
     HIQ_RETURN_IF_ERROR(validate_cudnn_attention_shape(shape));
+    HIQ_RETURN_IF_ERROR(known_bad(shape));
     ++clock;
     for (auto& p : plans)
       if (p->shape == shape) {

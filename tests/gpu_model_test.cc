@@ -23,7 +23,6 @@
 #include "gpu_test_policy.h"
 #include "memory/cuda_device_kv_pool.h"
 #include "memory/host_kv_pool.h"
-#include "model/cuda/cudnn_attention.h"
 #include "model/cuda_model.h"
 #include "model/loaded_model.h"
 #include "relative_error.h"
@@ -356,51 +355,6 @@ TEST_F(GpuModelTest, DecodeThroughCudaGraphsGivesTheBitsOfKernelByKernel) {
 // that the unfused step runs it on the same skinny kernel, so fusing must not
 // change a bit: batches 1 to 8 fused, 9 past the fused size, both through
 // graphs and kernel by kernel.
-// With --prefill-attention-backend cudnn, a prefill whose attention would be
-// the staged Hopper kernel runs cuDNN's fused attention on the staged
-// context: the logits of a batch (a fresh prompt, and one on a cached
-// prefix: bottom-right causal) agree with our kernel's. Skipped where cuDNN
-// cannot be loaded; where it can, it must take the pass.
-TEST_F(GpuModelTest, CudnnPrefillAttentionMatchesOurs) {
-  if (auto cudnn = cuda::CudnnAttention::create(); !cudnn.is_ok())
-    GTEST_SKIP() << "cuDNN is not available here: " << cudnn.status().to_string();
-  cudaDeviceProp properties{};
-  ASSERT_EQ(cudaGetDeviceProperties(&properties, 0), cudaSuccess);
-  if (properties.major != 9 || properties.minor != 0)
-    GTEST_SKIP() << "the staged Hopper attention, which cuDNN's replaces, runs on compute capability 9.0 alone";
-  const TinyModel::Spec spec = qwen3_like();
-  CudaModelOptions with_cudnn;
-  with_cudnn.prefill_attention = PrefillAttention::kCudnn;
-  GpuModel ours(spec, 4096), theirs(spec, 4096, with_cudnn);
-  ASSERT_TRUE(ours.model && ours.l1 && theirs.model && theirs.l1);
-  // Rows enough for the staged kernel: q_len × 4 query heads a KV head fill
-  // more than 132 multiprocessors' worth of 128-row tiles.
-  const std::vector<int32_t> fresh = random_tokens(2304, spec.vocab_size, 80);
-  const std::vector<int32_t> cached = random_tokens(1280, spec.vocab_size, 81);
-  const std::vector<SlotId> fresh_slots = iota_slots(fresh.size(), 0), cached_slots = iota_slots(cached.size(), 2400);
-  const size_t prefix = 1024;
-  const std::vector<ModelSequence> batch = {{fresh, fresh_slots, 0}, {cached, cached_slots, prefix}};
-  std::vector<ModelOutput> outputs;
-  for (GpuModel* gpu : {&ours, &theirs}) {
-    const ModelSequence first{std::span(cached).first(prefix), std::span(cached_slots).first(prefix), 0};
-    ASSERT_TRUE(gpu->model->forward(*gpu->l1, std::span(&first, 1), LogitsWanted::kNone).is_ok());
-    auto out = gpu->model->forward(*gpu->l1, batch, LogitsWanted::kAll);
-    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
-    outputs.push_back(std::move(*out));
-  }
-  EXPECT_EQ(ours.model->cudnn_attention_passes(), 0u);
-  EXPECT_EQ(theirs.model->cudnn_attention_passes(), 1u) << "cuDNN took no plan for the pass (see the log)";
-  const double error = relative_error(outputs[1].logits, outputs[0].logits);
-  // The second sequence's rows alone too: its offsets in the batch and its
-  // bottom-right mask are what the first sequence's rows would dilute.
-  const double cached_error = relative_error(logit_rows(outputs[1].logits, spec.vocab_size, 2304, 2560),
-                                             logit_rows(outputs[0].logits, spec.vocab_size, 2304, 2560));
-  std::printf("prefill of 2,304 + 256 on 1,024 cached: cuDNN's attention vs ours, relative error %.2e (the cached "
-              "one's rows %.2e)\n", error, cached_error);
-  EXPECT_LT(error, 2e-2);
-  EXPECT_LT(cached_error, 2e-2);
-}
-
 TEST_F(GpuModelTest, FusedDecodeStepsGiveTheBitsOfTheUnfusedKernels) {
   const TinyModel::Spec spec = qwen3_like();
   for (bool graphs : {true, false}) {

@@ -5,11 +5,6 @@
 //
 // FLOPs are those of causal attention: 4 · head_dim · heads per visible
 // (query, key) pair, the prefix fully visible to every new token.
-//
-// Beside our kernels, cuDNN's fused flash attention (model/cuda/cudnn_attention.h)
-// where cuDNN can be loaded: it reads the context contiguous, as the staged
-// kernel's staging buffer holds it, and its time excludes building its plan
-// (once per shape) and that gather (the staged kernel's time includes its own).
 #pragma once
 
 #include <functional>
@@ -31,13 +26,10 @@ struct AttentionBenchReport {
   std::string gpu;
   struct Kernel {
     // "portable", "portable-combine-in-kernel" (a split decode context's
-    // merge in the attention kernel, not a kernel of its own), "sm90",
-    // "sm90-staged", "cudnn"
+    // merge in the attention kernel, not a kernel of its own), "sm90", "sm90-staged"
     std::string name;
-    bool ran = true;  // false: it could not run here (cudnn without cuDNN, or no cuDNN engine for the shape)
     double seconds = 0;
     double relative_error = 0;  // ‖out − portable's‖ / ‖portable's‖ (0 for portable itself)
-    std::string note;  // cudnn: its version and engine, or why it did not run
   };
   struct Row {
     int tokens = 0, prefix = 0;

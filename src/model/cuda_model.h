@@ -106,8 +106,6 @@ class CudaModel {
   // CudaModelOptions::cuda_graphs. The results are the same bits either way.
   virtual void set_cuda_graphs(bool enabled) = 0;
   virtual CudaGraphStats graph_stats() const = 0;
-  // Passes whose attention was cuDNN's (--prefill-attention-backend cudnn).
-  virtual uint64_t cudnn_attention_passes() const { return 0; }
 
   // The cudaStream_t every forward pass runs on.
   virtual void* stream() const = 0;

@@ -17,16 +17,6 @@ Status CudaModelOptions::validate() const {
   return Status::ok();
 }
 
-std::string_view prefill_attention_name(PrefillAttention backend) {
-  return backend == PrefillAttention::kHiq ? "hiq" : "cudnn";
-}
-
-Result<PrefillAttention> parse_prefill_attention(std::string_view name) {
-  if (name == "hiq") return PrefillAttention::kHiq;
-  if (name == "cudnn") return PrefillAttention::kCudnn;
-  return invalid_argument("prefill attention backend must be hiq or cudnn, got '" + std::string(name) + "'");
-}
-
 std::string_view tp_collective_name(TpCollective collective) {
   return collective == TpCollective::kNccl ? "nccl" : "peer";
 }

@@ -21,10 +21,6 @@
 
 namespace hiq {
 
-enum class PrefillAttention : uint8_t { kHiq, kCudnn };
-std::string_view prefill_attention_name(PrefillAttention backend);  // "hiq", "cudnn"
-Result<PrefillAttention> parse_prefill_attention(std::string_view name);
-
 struct CudaModelOptions {
   // Replay decode steps from CUDA graphs; false launches every kernel of
   // every pass (--disable-cuda-graph).
@@ -39,11 +35,6 @@ struct CudaModelOptions {
   // fused step measured 1–6 % slower through CUDA graphs, where the small
   // kernels it saves overlap the products anyway (docs/benchmarks.md).
   bool fused_decode = false;
-  // Which attention a prefill runs where our Hopper kernel would stage its
-  // context (--prefill-attention-backend): ours, or cuDNN's fused flash
-  // attention on that staged context (model/cuda/cudnn_attention.h). Where
-  // cuDNN cannot be loaded or takes no plan for a shape, ours runs.
-  PrefillAttention prefill_attention = PrefillAttention::kHiq;
 
   // Errors (kInvalidArgument) start with the field's name.
   Status validate() const;

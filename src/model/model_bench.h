@@ -87,8 +87,6 @@ struct ModelBenchReport {
   std::vector<Decode> decode;
   bool cuda_graphs = false;
   CudaGraphStats graphs;  // over the whole run
-  PrefillAttention prefill_attention = PrefillAttention::kHiq;  // asked for
-  uint64_t cudnn_attention_passes = 0;  // passes whose attention cuDNN ran (over the whole run)
   std::vector<Restore> restore;
 };
 

@@ -49,9 +49,6 @@ std::string to_json(const ModelBenchReport& r) {
                           {"replayed", r.graphs.replayed},
                           {"capture_failures", r.graphs.capture_failures},
                           {"dropped", r.graphs.dropped}}},
-                        {"prefill_attention",
-                         {{"backend", prefill_attention_name(r.prefill_attention)},
-                          {"cudnn_passes", r.cudnn_attention_passes}}},
                         {"prefill", nlohmann::json::array()},
                         {"decode", nlohmann::json::array()},
                         {"restore", nlohmann::json::array()}};

@@ -1,14 +1,10 @@
 // `hiq bench attention`: the CUDA attention kernels alone at a model's head
-// geometry (model/attention_bench.h): time and TFLOP/s per kernel, each as a
-// ratio of the portable kernel and of cuDNN's fused flash attention (where
-// cuDNN loads; its row says why not otherwise), and how far each output is
-// from the portable kernel's.
+// geometry (model/attention_bench.h): time and TFLOP/s per kernel, the Hopper
+// kernel as a ratio of the portable one, and how far its output is from it.
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
-#include <string>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -47,28 +43,13 @@ int run_attention_bench_command(const AttentionBenchFlags& f) {
   });
   if (!report) return report_error("bench attention", report.status());
 
-  // cuDNN's seconds in a row (0 when it did not run there).
-  const auto cudnn_seconds = [](const AttentionBenchReport::Row& row) {
-    for (const auto& k : row.kernels)
-      if (k.name == "cudnn" && k.ran) return k.seconds;
-    return 0.0;
-  };
   if (f.json) {
     nlohmann::json out = {{"gpu", report->gpu}, {"heads", f.heads}, {"kv_heads", f.kv_heads}, {"head_dim", f.head_dim}};
     for (const auto& row : report->rows) {
       nlohmann::json j = {{"tokens", row.tokens}, {"prefix", row.prefix}, {"flops", row.flops}};
-      const double cudnn = cudnn_seconds(row);
-      for (const auto& k : row.kernels) {
-        nlohmann::json kj = {{"kernel", k.name}, {"ran", k.ran}};
-        if (k.ran) {
-          kj["seconds"] = k.seconds;
-          kj["tflops"] = row.flops / k.seconds / 1e12;
-          kj["relative_error_vs_portable"] = k.relative_error;
-          if (cudnn > 0) kj["seconds_over_cudnn"] = k.seconds / cudnn;
-        }
-        if (!k.note.empty()) kj["note"] = k.note;
-        j["kernels"].push_back(kj);
-      }
+      for (const auto& k : row.kernels)
+        j["kernels"].push_back({{"kernel", k.name}, {"seconds", k.seconds}, {"tflops", row.flops / k.seconds / 1e12},
+                                {"relative_error_vs_portable", k.relative_error}});
       out["rows"].push_back(j);
     }
     std::cout << out.dump(2) << '\n';
@@ -76,28 +57,15 @@ int run_attention_bench_command(const AttentionBenchFlags& f) {
   }
   std::cout << report->gpu << ": causal attention, " << f.heads << " query / " << f.kv_heads << " KV heads of "
             << f.head_dim << "\n\n";
-  Table table({"tokens", "prefix", "kernel", "ms", "TFLOP/s", "÷ portable", "÷ cudnn", "rel. diff vs portable"});
-  std::vector<std::string> notes;
+  Table table({"tokens", "prefix", "kernel", "ms", "TFLOP/s", "÷ portable", "rel. diff vs portable"});
   for (const auto& row : report->rows) {
     const double portable = row.kernels.empty() ? 0 : row.kernels.front().seconds;
-    const double cudnn = cudnn_seconds(row);
-    for (const auto& k : row.kernels) {
-      if (!k.note.empty())
-        notes.push_back(k.name + " at " + std::to_string(row.tokens) + " tokens: " + (k.ran ? "" : "did not run: ") +
-                        k.note);
-      if (!k.ran) {
-        table.add_row({std::to_string(row.tokens), std::to_string(row.prefix), k.name, "-", "-", "-", "-", "-"});
-        continue;
-      }
+    for (const auto& k : row.kernels)
       table.add_row({std::to_string(row.tokens), std::to_string(row.prefix), k.name, format_fixed(k.seconds * 1e3, 3),
                      format_fixed(row.flops / k.seconds / 1e12, 0), format_fixed(k.seconds / portable, 2),
-                     cudnn > 0 ? format_fixed(k.seconds / cudnn, 2) : "-",
                      format_fixed(k.relative_error * 100, 3) + " %"});
-    }
   }
   table.print(std::cout);
-  if (!notes.empty()) std::cout << '\n';
-  for (const auto& note : notes) std::cout << note << '\n';
   return 0;
 }
 
@@ -105,8 +73,7 @@ int run_attention_bench_command(const AttentionBenchFlags& f) {
 
 std::function<int()> add_bench_attention_command(CLI::App& bench) {
   auto f = std::make_shared<AttentionBenchFlags>();
-  CLI::App* app =
-      bench.add_subcommand("attention", "CUDA attention kernels alone (and cuDNN's): time and TFLOP/s per kernel");
+  CLI::App* app = bench.add_subcommand("attention", "CUDA attention kernels alone: time and TFLOP/s per kernel");
   app->add_option("--tokens", f->tokens, "Comma-separated new tokens per prompt")->capture_default_str();
   app->add_option("--prefix", f->prefix, "Cached context tokens before them")->capture_default_str();
   app->add_option("--heads", f->heads, "Query heads")->capture_default_str();

@@ -157,9 +157,6 @@ int run_model_bench_command(const ModelBenchFlags& f) {
   for (const auto& p : r.prefill)
     prefill.add_row({std::to_string(p.tokens), ms(p.seconds), format_fixed(p.tokens / p.seconds, 0)});
   prefill.print(std::cout);
-  if (r.prefill_attention == PrefillAttention::kCudnn)
-    std::cout << "prefill attention: cuDNN's in " << r.cudnn_attention_passes
-              << " passes (ours in the rest; the log says why where it did not run)\n";
   std::cout << '\n';
   // The step through its CUDA graph (the headline), and launched kernel by kernel.
   Table decode({"decode batch", "context", r.cuda_graphs ? "graph step ms" : "step ms", "eager step ms",

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <string>
 
 #include "model/cuda_model_options.h"
 #include "tools/hiq/flag_errors.h"
@@ -24,16 +23,6 @@ inline void add_cuda_graph_flags(CLI::App* app, CudaModelOptions& options) {
       "--enable-fused-decode", [o] { o->fused_decode = true; },
       "--device cuda: run a decode step's norms, residual adds and SiLU inside its matrix products instead of as "
       "kernels of their own (same tokens; slower through CUDA graphs on the H200)");
-  app->add_option_function<std::string>(
-         "--prefill-attention-backend",
-         [o](const std::string& name) {
-           const Result<PrefillAttention> backend = parse_prefill_attention(name);
-           if (!backend.is_ok()) throw CLI::ValidationError("--prefill-attention-backend", backend.status().message());
-           o->prefill_attention = *backend;
-         },
-         "--device cuda: a prefill's attention: hiq (our Hopper kernel) or cudnn (cuDNN's fused flash attention, "
-         "loaded at run time; ours where it is absent or takes no plan)")
-      ->default_str("hiq");
 }
 
 // CudaModelOptions::validate(), naming the flags.

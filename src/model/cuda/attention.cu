@@ -762,8 +762,6 @@ Status launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.splits > 1 && a.workspace == nullptr) return invalid_argument("attention: split contexts need a workspace");
   if (a.splits < 1 || a.splits > kMostSplits)
     return invalid_argument("attention: splits must be from 1 to " + std::to_string(kMostSplits));
-  if (a.kernel == AttentionKernel::kCudnn)
-    return invalid_argument("attention: kCudnn runs through CudnnAttention, not launch_attention");
   if (a.kernel != AttentionKernel::kPortable) return launch_attention_sm90(a, stream);
   switch (a.head_dim) {
     case 16: return launch<16>(a, stream);

@@ -50,10 +50,6 @@ enum class AttentionKernel {
   kPortable,    // attention.cu: every GPU, every supported head dim, context splits
   kSm90,        // attention_sm90.cu: compute capability 9.0, head_dim 128, one split
   kSm90Staged,  // the same, the context first gathered into AttentionArgs::staging (not in graphs: see below)
-  // The context staged as for kSm90Staged, then cuDNN's fused attention
-  // (cudnn_attention.h) per sequence; the caller runs it, launch_attention
-  // refuses it. Never chosen by attention_kernel_for.
-  kCudnn,
 };
 
 // Who merges the split contexts of the decode form (splits > 1). Both give
@@ -130,18 +126,6 @@ size_t attention_staging_bytes(const AttentionArgs& args);
 // the combine kernel) on `stream`, with args.kernel (an error if that kernel
 // cannot run these args here).
 Status launch_attention(const AttentionArgs& args, cudaStream_t stream);
-
-// kSm90Staged's first step alone (also kCudnn's): every sequence's context,
-// K and V, gathered from L1 into args.staging (head_dim 128).
-Status launch_stage_context(const AttentionArgs& args, cudaStream_t stream);
-
-// Where the sequence at `index` of the table (its slot_start given) begins
-// in the staged K and V planes: kv_len rows of [kv_heads][head_dim] each.
-struct StagedContext {
-  const __nv_bfloat16* k = nullptr;
-  const __nv_bfloat16* v = nullptr;
-};
-StagedContext staged_context(const AttentionArgs& args, int index, int32_t slot_start = 0);
 
 // The kSm90 and kSm90Staged kernels alone (attention_sm90.cu).
 bool attention_sm90_supports(const AttentionArgs& args);

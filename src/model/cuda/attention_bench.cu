@@ -1,13 +1,8 @@
 // `hiq bench attention` (model/attention_bench.h): each attention kernel on
-// the same random Q, K and V, timed with CUDA events around the launch alone,
-// and cuDNN's fused flash attention beside them where cuDNN can be loaded.
+// the same random Q, K and V, timed with CUDA events around the launch alone.
 #include <algorithm>
 #include <cmath>
-#include <cstddef>
-#include <functional>
 #include <random>
-#include <string>
-#include <vector>
 
 #include "cuda/buffers.h"
 #include "cuda/check.cuh"
@@ -15,105 +10,11 @@
 #include "model/attention_bench.h"
 #include "model/cuda/attention.h"
 #include "model/cuda/bench_util.h"
-#include "model/cuda/cudnn_attention.h"
 
 namespace hiq {
 
 using cuda::AttentionArgs;
 using cuda::AttentionKernel;
-
-namespace {
-
-// One plane of the context, [slot][kv_heads][head_dim], gathered into
-// context order: row t = slot slots[t] (what a staging buffer holds).
-Result<cuda::DeviceMemory> gathered_context(const cuda::DeviceMemory& plane, const std::vector<uint32_t>& slots,
-                                            size_t row_bytes) {
-  std::vector<std::byte> scattered(slots.size() * row_bytes), gathered(slots.size() * row_bytes);
-  HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(scattered.data(), plane.get(), scattered.size(), cudaMemcpyDeviceToHost));
-  for (size_t t = 0; t < slots.size(); ++t)
-    std::copy_n(scattered.data() + slots[t] * row_bytes, row_bytes, gathered.data() + t * row_bytes);
-  HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory out, cuda::device_alloc(gathered.size(), "gathered context"));
-  HIQ_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.get(), gathered.data(), gathered.size(), cudaMemcpyHostToDevice));
-  return Result<cuda::DeviceMemory>(std::move(out));
-}
-
-// The cudnn row: cuDNN's fused flash attention on the same inputs, or why it did not run.
-Result<AttentionBenchReport::Kernel> run_cudnn(cuda::CudnnAttention* cudnn, const std::string& unavailable_reason,
-                                               const AttentionArgs& args, bool stage_in_time, const cuda::DeviceMemory& k,
-                                               const cuda::DeviceMemory& v, const std::vector<uint32_t>& slots,
-                                               const std::vector<float>& portable_out, double seconds,
-                                               cudaStream_t stream) {
-  AttentionBenchReport::Kernel row;
-  row.name = "cudnn";
-  row.ran = false;
-  if (cudnn == nullptr) {
-    row.note = unavailable_reason;
-    return row;
-  }
-  const cuda::CudnnAttentionShape shape{args.max_q_len, args.max_kv_len, args.heads,
-                                        args.kv_heads,  args.head_dim,   args.q_token_stride};
-  if (Status valid = cuda::validate_cudnn_attention_shape(shape); !valid.is_ok()) {
-    row.note = valid.message();
-    return row;
-  }
-  auto workspace_bytes = cudnn->prepare(shape);  // the plan, built outside the timing
-  if (!workspace_bytes) {
-    if (workspace_bytes.status().code() != StatusCode::kUnavailable) return workspace_bytes.status();
-    row.note = workspace_bytes.status().message();
-    return row;
-  }
-  HIQ_ASSIGN_OR_RETURN(std::string engine, cudnn->engine_of(shape));
-  HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory workspace,
-                       cuda::device_alloc(std::max<size_t>(1, *workspace_bytes), "cuDNN workspace"));
-  const size_t out_bytes = static_cast<size_t>(args.num_tokens) * args.heads * args.head_dim * sizeof(__nv_bfloat16);
-  HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(args.out, 0xff, out_bytes));  // NaN: a skipped element shows
-  cuda::CudnnAttentionArgs a;
-  a.shape = shape;
-  a.q = args.q;
-  a.out = args.out;
-  a.scale = args.scale;
-  a.workspace = workspace.get();
-  a.workspace_bytes = *workspace_bytes;
-  // As the model runs it (and as sm90-staged is timed): the context staged
-  // from L1 by the staging kernel, then cuDNN, both in the time. Where the
-  // staging kernel does not run (other head dims, a GPU without the Hopper
-  // kernels), the context is gathered before, untimed.
-  AttentionArgs staged = args;
-  staged.kernel = AttentionKernel::kCudnn;
-  staged.splits = 1;
-  staged.context_entries = args.max_kv_len;
-  cuda::DeviceMemory staging, k_context, v_context;
-  std::function<Status()> launch;
-  if (stage_in_time) {
-    HIQ_ASSIGN_OR_RETURN(staging, cuda::device_alloc(cuda::attention_staging_bytes(staged), "staging"));
-    staged.staging = staging.get();
-    const cuda::StagedContext context = cuda::staged_context(staged, 0);
-    a.k = context.k;
-    a.v = context.v;
-    launch = [&] {
-      HIQ_RETURN_IF_ERROR(cuda::launch_stage_context(staged, stream));
-      return cudnn->run(a, stream);
-    };
-    engine += ", context staged in the time";
-  } else {
-    const size_t row_bytes = static_cast<size_t>(args.kv_heads) * args.head_dim * sizeof(__nv_bfloat16);
-    HIQ_ASSIGN_OR_RETURN(k_context, gathered_context(k, slots, row_bytes));
-    HIQ_ASSIGN_OR_RETURN(v_context, gathered_context(v, slots, row_bytes));
-    a.k = static_cast<const __nv_bfloat16*>(k_context.get());
-    a.v = static_cast<const __nv_bfloat16*>(v_context.get());
-    launch = [&] { return cudnn->run(a, stream); };
-    engine += ", context gathered before the time";
-  }
-  HIQ_ASSIGN_OR_RETURN(row.seconds,
-                       cuda::median_event_seconds([&](int) { return launch(); }, 1, seconds, stream));
-  HIQ_ASSIGN_OR_RETURN(std::vector<float> result, cuda::download_floats(args.out, out_bytes / 2, false));
-  row.relative_error = cuda::relative_error(result, portable_out);
-  row.ran = true;
-  row.note = "cuDNN " + cudnn->version() + ", " + engine;
-  return row;
-}
-
-}  // namespace
 
 Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
                                                  const std::function<void(size_t, size_t)>& progress) {
@@ -129,10 +30,6 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
   HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   HIQ_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
   HIQ_ASSIGN_OR_RETURN(cuda::Stream stream, cuda::make_stream());
-  // cuDNN is optional: without it the cudnn row says why and the rest runs.
-  auto cudnn = cuda::CudnnAttention::create();
-  if (!cudnn && cudnn.status().code() != StatusCode::kUnavailable) return cudnn.status();
-  const std::string cudnn_unavailable = cudnn ? "" : cudnn.status().message();
 
   size_t done = 0;
   for (int tokens : o.tokens) {
@@ -228,13 +125,6 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
         row.kernels.push_back(k_row);
       }
     }
-    HIQ_ASSIGN_OR_RETURN(AttentionBenchReport::Kernel cudnn_row,
-                         run_cudnn(cudnn ? cudnn->get() : nullptr, cudnn_unavailable, args,
-                                   o.head_dim == 128 && cuda::attention_kernel_for(args, multiprocessors) ==
-                                                            AttentionKernel::kSm90,
-                                   k, v, slots,
-                                   portable_out, o.seconds_per_measurement, stream.get()));
-    row.kernels.push_back(std::move(cudnn_row));
     report.rows.push_back(std::move(row));
     if (progress) progress(++done, o.tokens.size());
   }

@@ -596,7 +596,7 @@ bool attention_sm90_supports(const AttentionArgs& a) {
 }
 
 size_t attention_staging_bytes(const AttentionArgs& a) {
-  if (a.kernel != AttentionKernel::kSm90Staged && a.kernel != AttentionKernel::kCudnn) return 0;
+  if (a.kernel != AttentionKernel::kSm90Staged) return 0;
   return 2 * static_cast<size_t>(staged_rows(a)) * static_cast<size_t>(a.kv_heads) * static_cast<size_t>(a.head_dim) *
          sizeof(__nv_bfloat16);
 }
@@ -604,31 +604,18 @@ size_t attention_staging_bytes(const AttentionArgs& a) {
 Status launch_attention_sm90(const AttentionArgs& a, cudaStream_t stream) {
   if (!attention_sm90_supports(a)) return invalid_argument("attention_sm90: needs head_dim 128 and one context split");
   if (a.kernel != AttentionKernel::kSm90Staged) return launch_kernel<false>(a, CUtensorMap{}, CUtensorMap{}, stream);
-  HIQ_RETURN_IF_ERROR(launch_stage_context(a, stream));
-  const StagedContext planes = staged_context(a, 0);
-  HIQ_ASSIGN_OR_RETURN(const CUtensorMap k_map, staged_plane_map(const_cast<__nv_bfloat16*>(planes.k), a));
-  HIQ_ASSIGN_OR_RETURN(const CUtensorMap v_map, staged_plane_map(const_cast<__nv_bfloat16*>(planes.v), a));
-  return launch_kernel<true>(a, k_map, v_map, stream);
-}
-
-StagedContext staged_context(const AttentionArgs& a, int index, int32_t slot_start) {
-  const auto* k_plane = static_cast<const __nv_bfloat16*>(a.staging);
-  const auto* v_plane = k_plane + staged_rows(a) * a.kv_heads * kD;
-  const int64_t row = static_cast<int64_t>(slot_start) + static_cast<int64_t>(index) * kStagingPad;
-  return {k_plane + row * a.kv_heads * kD, v_plane + row * a.kv_heads * kD};
-}
-
-Status launch_stage_context(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.head_dim != kD) return invalid_argument("attention: the staged context needs head_dim 128");
   if (a.staging == nullptr || a.context_entries <= 0)
-    return invalid_argument("attention: staging the context needs its buffer and the context's size");
+    return invalid_argument("attention_sm90: the staged kernel needs its staging buffer and the context's size");
   auto* k_staged = static_cast<__nv_bfloat16*>(a.staging);
   __nv_bfloat16* v_staged = k_staged + staged_rows(a) * a.kv_heads * kD;
   const dim3 stage_grid(
       static_cast<unsigned>((a.max_kv_len + kStagingPad + kStageRowsPerBlock - 1) / kStageRowsPerBlock),
       static_cast<unsigned>(a.num_sequences));
   stage_context_kernel<<<stage_grid, kThreads, 0, stream>>>(a, k_staged, v_staged);
-  return cuda_status(cudaGetLastError(), "stage_context_kernel");
+  HIQ_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  HIQ_ASSIGN_OR_RETURN(const CUtensorMap k_map, staged_plane_map(k_staged, a));
+  HIQ_ASSIGN_OR_RETURN(const CUtensorMap v_map, staged_plane_map(v_staged, a));
+  return launch_kernel<true>(a, k_map, v_map, stream);
 }
 
 }  // namespace hiq::cuda

@@ -24,11 +24,9 @@
 #include <vector>
 
 #include "codec/numeric.h"
-#include "core/log.h"
 #include "cuda/buffers.h"
 #include "cuda/check.cuh"
 #include "model/cuda/attention.h"
-#include "model/cuda/cudnn_attention.h"
 #include "model/cuda/decode_graphs.h"
 #include "model/cuda/gemm.h"
 #include "model/cuda/model_kernels.h"
@@ -131,9 +129,9 @@ size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
 // Whether split decode contexts are merged by the attention kernel's last
 // block (AttentionCombine::kInKernel, on split counters) rather than by a
-// kernel of their own. Off until it has passed its GPU tests and sanitizers
-// and measured faster on the GPU (docs/benchmarks.md): without counters the
-// separate kernel runs.
+// kernel of their own. Off until it has also passed memcheck and measured
+// faster on the GPU (docs/benchmarks.md): without counters the separate
+// kernel runs.
 constexpr bool kInKernelSplitCombine = false;
 
 PassLayout layout_of(const PassShape& p, size_t context) {
@@ -163,7 +161,6 @@ class CudaModelImpl final : public CudaModel {
     if (!enabled) graphs_.drop();
   }
   CudaGraphStats graph_stats() const override { return graphs_.stats(); }
-  uint64_t cudnn_attention_passes() const override { return cudnn_passes_; }
 
  private:
   Status upload(const CpuModelWeights& w);
@@ -186,13 +183,6 @@ class CudaModelImpl final : public CudaModel {
   Status enqueue(DeviceKvPool& l1, const PassShape& p, const PassLayout& layout,
                  const BeforeLayerAttention& before_attention);
   Status download(LogitsWanted logits, int logit_rows);
-  // With --prefill-attention-backend cudnn, for a pass whose attention would
-  // be the staged Hopper kernel: whether cuDNN runs it instead (its plans
-  // built and workspace sized for every sequence of the pass); false, and
-  // ours runs, where cuDNN cannot be loaded or refuses a shape (said once).
-  Result<bool> prepare_cudnn(const PassShape& p, const PassLayout& layout);
-  // The context staged, then cuDNN's attention of each sequence.
-  Status run_cudnn(const cuda::AttentionArgs& attention, const PassShape& p, const PassLayout& layout);
   // Grows the attention's split counters to `count`, zeroed; on failure
   // leaves none (attention then merges its splits in a kernel of its own).
   void reserve_split_counters(size_t count);
@@ -233,13 +223,6 @@ class CudaModelImpl final : public CudaModel {
   Scratch split_counters_;
   cuda::PinnedMemory staging_;  // host side of inputs_ and of the results
   size_t staging_bytes_ = 0;
-  // cuDNN's prefill attention: made on the first pass that asks for it;
-  // null once it could not be made or refused a shape (ours runs then).
-  std::unique_ptr<cuda::CudnnAttention> cudnn_;
-  bool cudnn_tried_ = false;
-  bool cudnn_pass_ = false;  // the pass being run uses it
-  uint64_t cudnn_passes_ = 0;
-  Scratch cudnn_workspace_;
   cuda::StageMarks marks_;
   cuda::DecodeGraphs graphs_;
   bool graphs_on_ = true;
@@ -312,7 +295,7 @@ Status CudaModelImpl::upload(const CpuModelWeights& w) {
 size_t CudaModelImpl::workspace_bytes() const {
   size_t total = 0;
   for (const Scratch* s : scratch()) total += s->bytes;
-  return total + attention_staging_.bytes + cudnn_workspace_.bytes;
+  return total + attention_staging_.bytes;
 }
 
 Result<ModelOutput> CudaModelImpl::forward(DeviceKvPool& l1, std::span<const ModelSequence> batch,
@@ -505,10 +488,6 @@ Status CudaModelImpl::prepare(DeviceKvPool& l1, const PassShape& p, const PassLa
       cuda::attention_workspace_floats(attention.splits, p.rows, s.num_heads, s.head_dim) * sizeof(float),
       "attention workspace"));
   HIQ_RETURN_IF_ERROR(attention_staging_.reserve(cuda::attention_staging_bytes(attention), "attention staging"));
-  cudnn_pass_ = false;
-  if (attention.kernel == cuda::AttentionKernel::kSm90Staged && options_.prefill_attention == PrefillAttention::kCudnn) {
-    HIQ_ASSIGN_OR_RETURN(cudnn_pass_, prepare_cudnn(p, layout));
-  }
   if (kInKernelSplitCombine && attention.splits > 1 && cuda::attention_decode_form(attention))
     reserve_split_counters(static_cast<size_t>(p.sequences) * static_cast<size_t>(s.num_kv_heads));
   if (graph) graphs_.bind(graph_addresses(l1));
@@ -517,87 +496,6 @@ Status CudaModelImpl::prepare(DeviceKvPool& l1, const PassShape& p, const PassLa
   return cuda::cuda_status(
       cudaMemcpyAsync(inputs_.memory.get(), staging_.get(), layout.bytes, cudaMemcpyHostToDevice, stream_.get()),
       "forward inputs upload");
-}
-
-namespace {
-
-cuda::CudnnAttentionShape cudnn_shape(const ModelShape& s, const cuda::AttentionSequence& seq) {
-  cuda::CudnnAttentionShape shape;
-  shape.q_len = seq.q_len;
-  shape.kv_len = seq.kv_len;
-  shape.heads = s.num_heads;
-  shape.kv_heads = s.num_kv_heads;
-  shape.head_dim = s.head_dim;
-  shape.q_token_stride = int64_t{s.num_heads + 2 * s.num_kv_heads} * s.head_dim;  // Q is the head of each qkv row
-  return shape;
-}
-
-}  // namespace
-
-Result<bool> CudaModelImpl::prepare_cudnn(const PassShape& p, const PassLayout& layout) {
-  if (!cudnn_tried_) {
-    cudnn_tried_ = true;
-    Result<std::unique_ptr<cuda::CudnnAttention>> made = cuda::CudnnAttention::create();
-    if (!made.is_ok()) {
-      log(LogLevel::kWarning, "cuda model",
-          "cuDNN attention is unavailable, prefills run ours: " + made.status().message());
-      return false;
-    }
-    cudnn_ = std::move(*made);
-    log(LogLevel::kInfo, "cuda model", "prefill attention: cuDNN " + cudnn_->version());
-  }
-  if (cudnn_ == nullptr) return false;
-  // The host copy of the pass's sequence table (forward() wrote it; the
-  // inputs are uploaded from it).
-  const auto* sequences =
-      reinterpret_cast<const cuda::AttentionSequence*>(static_cast<const std::byte*>(staging_.get()) + layout.sequences);
-  // Every plan of the pass must stay cached until run_cudnn (which would
-  // otherwise build one again, on the stream's time): a pass of more
-  // distinct shapes than the cache holds runs ours.
-  std::vector<cuda::CudnnAttentionShape> shapes;
-  for (int b = 0; b < p.sequences; ++b)
-    if (const auto shape = cudnn_shape(shape_, sequences[b]); std::find(shapes.begin(), shapes.end(), shape) == shapes.end())
-      shapes.push_back(shape);
-  if (shapes.size() > cuda::CudnnAttentionOptions{}.max_plans) return false;
-  size_t workspace = 0;
-  for (int b = 0; b < p.sequences; ++b) {
-    const Result<size_t> bytes = cudnn_->prepare(cudnn_shape(shape_, sequences[b]));
-    if (!bytes.is_ok()) {
-      // A shape without a plan would be looked for again on every pass: ours takes every pass from now on.
-      log(LogLevel::kWarning, "cuda model",
-          "cuDNN attention refused a prefill of " + std::to_string(sequences[b].q_len) + " tokens after " +
-              std::to_string(sequences[b].kv_len - sequences[b].q_len) + "; prefills run ours from now on: " +
-              bytes.status().message());
-      cudnn_.reset();
-      return false;
-    }
-    workspace = std::max(workspace, *bytes);
-  }
-  HIQ_RETURN_IF_ERROR(cudnn_workspace_.reserve(workspace, "cuDNN attention workspace"));
-  ++cudnn_passes_;
-  return true;
-}
-
-Status CudaModelImpl::run_cudnn(const cuda::AttentionArgs& attention, const PassShape& p, const PassLayout& layout) {
-  const cudaStream_t stream = stream_.get();
-  HIQ_RETURN_IF_ERROR(cuda::launch_stage_context(attention, stream));
-  const auto* sequences =
-      reinterpret_cast<const cuda::AttentionSequence*>(static_cast<const std::byte*>(staging_.get()) + layout.sequences);
-  for (int b = 0; b < p.sequences; ++b) {
-    const cuda::AttentionSequence& seq = sequences[b];
-    const cuda::StagedContext context = cuda::staged_context(attention, b, seq.slot_start);
-    cuda::CudnnAttentionArgs args;
-    args.shape = cudnn_shape(shape_, seq);
-    args.q = attention.q + static_cast<int64_t>(seq.q_start) * attention.q_token_stride;
-    args.k = context.k;
-    args.v = context.v;
-    args.out = attention.out + static_cast<int64_t>(seq.q_start) * attention.heads * attention.head_dim;
-    args.scale = attention.scale;
-    args.workspace = cudnn_workspace_.memory.get();
-    args.workspace_bytes = cudnn_workspace_.bytes;
-    HIQ_RETURN_IF_ERROR(cudnn_->run(args, stream));
-  }
-  return Status::ok();
 }
 
 void CudaModelImpl::reserve_split_counters(size_t count) {
@@ -699,11 +597,7 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
     attention.k_plane = k_plane;
     attention.v_plane = v_plane;
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kAttention));
-    if (cudnn_pass_ && attention.kernel == cuda::AttentionKernel::kSm90Staged) {
-      HIQ_RETURN_IF_ERROR(run_cudnn(attention, p, layout));
-    } else {
-      HIQ_RETURN_IF_ERROR(cuda::launch_attention(attention, stream));
-    }
+    HIQ_RETURN_IF_ERROR(cuda::launch_attention(attention, stream));
 
     if (fused) {
       // The residual stream takes each product as it is stored; the MLP's

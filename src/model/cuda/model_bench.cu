@@ -68,7 +68,6 @@ Result<ModelBenchReport> run_model_bench(const ModelConfig& config, const ModelS
   report.gpu = gpus.front().name;
   HIQ_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model, make_cuda_model(shape, weights, o.cuda));
   report.cuda_graphs = o.cuda.cuda_graphs;
-  report.prefill_attention = o.cuda.prefill_attention;
   report.weight_bytes = model->weight_bytes();
   report.weight_bytes_per_step =
       report.weight_bytes - static_cast<size_t>(shape.vocab_size) * static_cast<size_t>(shape.hidden_size) * 2;
@@ -220,7 +219,6 @@ Result<ModelBenchReport> run_model_bench(const ModelConfig& config, const ModelS
     tick();
   }
   report.graphs = model->graph_stats();
-  report.cudnn_attention_passes = model->cudnn_attention_passes();
   return report;
 }
 

@@ -107,9 +107,9 @@ cuda::DeviceMemory upload(const std::vector<T>& host) {
 
 // A problem on the device and the args of a launch of `kernel` over it. A
 // `bucket_kv_len` sizes the launch (grid, splits) for that context instead
-// of the longest one, as a decode graph does for its bucket. `combine` is
-// the decode form's way of merging split contexts; kInKernel brings its
-// split counters, zeroed.
+// of the longest one, as a decode graph does for its bucket. With
+// `combine_in_kernel` the launch brings split counters, zeroed, so that the
+// decode form merges its split contexts in the attention kernel itself.
 struct Launch {
   cuda::DeviceMemory q, k, v, slots, sequences, out, workspace, staging, counters;
   cuda::AttentionArgs args;
@@ -117,7 +117,7 @@ struct Launch {
 };
 
 Launch prepare_launch(const Problem& p, AttentionKernel kernel, int multiprocessors, int bucket_kv_len = 0,
-                      cuda::AttentionCombine combine = cuda::AttentionCombine::kSeparateKernel) {
+                      bool combine_in_kernel = false) {
   Launch l;
   l.q = upload(p.q);
   l.k = upload(p.k);
@@ -155,8 +155,7 @@ Launch prepare_launch(const Problem& p, AttentionKernel kernel, int multiprocess
   EXPECT_TRUE(workspace.is_ok());
   l.workspace = std::move(*workspace);
   a.workspace = static_cast<float*>(l.workspace.get());
-  a.combine = combine;
-  if (combine == cuda::AttentionCombine::kInKernel) {
+  if (combine_in_kernel) {
     const size_t counter_bytes = static_cast<size_t>(a.num_sequences) * a.kv_heads * sizeof(unsigned int);
     auto counters = cuda::device_alloc(counter_bytes, "split counters");
     EXPECT_TRUE(counters.is_ok());
@@ -352,10 +351,9 @@ TEST(GpuAttentionDecodeTest, InKernelCombineGivesTheCombineKernelsBitsLaunchAfte
     // (the shorter contexts then leave some split blocks nothing to read).
     for (const int bucket : {0, 2 * longest}) {
       const std::string where = "shape " + std::to_string(seed - 1) + ", bucket " + std::to_string(bucket);
-      const Launch separate = prepare_launch(p, AttentionKernel::kPortable, kMultiprocessors, bucket,
-                                             cuda::AttentionCombine::kSeparateKernel);
+      const Launch separate = prepare_launch(p, AttentionKernel::kPortable, kMultiprocessors, bucket);
       const Launch fused = prepare_launch(p, AttentionKernel::kPortable, kMultiprocessors, bucket,
-                                          cuda::AttentionCombine::kInKernel);
+                                          /*combine_in_kernel=*/true);
       ASSERT_GT(separate.args.splits, 1) << where << ": the context must split for a combine to happen";
       ASSERT_EQ(fused.args.splits, separate.args.splits) << where;
       ASSERT_FALSE(cuda::attention_combines_in_kernel(separate.args)) << where;

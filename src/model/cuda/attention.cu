@@ -410,9 +410,9 @@ constexpr size_t kDecodeSmemBytes = std::max(kSmemBytes<D>, kDecodeMergeBytes<D>
 constexpr int kCombineWeights = 32;  // floats: 128 bytes, clear of the flag
 constexpr size_t kCombineSmemBytes = (kCombineWeights + kDecodeRows * kMostSplits) * sizeof(float);
 
-// Whether the decode kernel merges its splits itself (AttentionCombine::kInKernel).
+// Whether the decode kernel merges its splits itself (AttentionArgs::split_counters).
 __host__ __device__ __forceinline__ bool combines_in_kernel(const AttentionArgs& a) {
-  return a.splits > 1 && a.combine == AttentionCombine::kInKernel && a.split_counters != nullptr;
+  return a.splits > 1 && a.split_counters != nullptr;
 }
 
 template <int D>

@@ -14,8 +14,8 @@
 // Long contexts with few rows (decode) are also split along the context
 // (flash-decoding): each split writes a partial result (running max, sum and
 // unnormalised output), and those are combined either by a second kernel or,
-// in the decode form with split counters, by whichever split block of a
-// (sequence, KV head) finishes last (AttentionCombine). When a block's rows
+// in the decode form given split counters, by whichever split block of a
+// (sequence, KV head) finishes last. When a block's rows
 // fit one warp (q_len × group ≤ 16: decode), its four warps instead split
 // each K/V tile's tokens among them and merge their softmax states at the end.
 //
@@ -52,16 +52,6 @@ enum class AttentionKernel {
   kSm90Staged,  // the same, the context first gathered into AttentionArgs::staging (not in graphs: see below)
 };
 
-// Who merges the split contexts of the decode form (splits > 1). Both give
-// the same bits: they run the same device code in the same order.
-enum class AttentionCombine {
-  // The split blocks of each (sequence, KV head) count themselves on
-  // AttentionArgs::split_counters; the last one merges the splits (one
-  // launch, not two). Without counters, the separate kernel runs instead.
-  kInKernel,
-  kSeparateKernel,  // a second kernel, one block per (token, head) row
-};
-
 struct AttentionArgs {
   const __nv_bfloat16* q = nullptr;  // [token][q_token_stride]; head h at h · head_dim
   int64_t q_token_stride = 0;
@@ -78,11 +68,15 @@ struct AttentionArgs {
   float scale = 0;     // softmax scale, 1/sqrt(head_dim)
   float* workspace = nullptr;   // attention_workspace_floats(...) floats, for split contexts
   int splits = 1;               // from attention_splits()
-  AttentionCombine combine = AttentionCombine::kInKernel;
-  // kInKernel: num_sequences × kv_heads counters, [sequence][kv_head], zero
-  // before the first launch; every launch leaves them zero again, so a graph
-  // replay or the next layer needs no reset. Launches that share them must
-  // be ordered (one stream), as their workspace must. nullptr: the separate kernel.
+  // Who merges the decode form's split contexts. Given counters, the split
+  // blocks of each (sequence, KV head) count themselves on them and the last
+  // one merges the splits (one launch, not two); nullptr: a second kernel,
+  // one block per (token, head) row. Both run the same device code in the
+  // same order: the same bits. num_sequences × kv_heads counters,
+  // [sequence][kv_head], zero before the first launch; every launch leaves
+  // them zero again, so a graph replay or the next layer needs no reset.
+  // Launches that share them must be ordered (one stream), as their
+  // workspace must.
   unsigned int* split_counters = nullptr;
   AttentionKernel kernel = AttentionKernel::kPortable;  // from attention_kernel_for()
   // kSm90Staged only: Σ kv_len over the sequences, and attention_staging_bytes() of device memory.
@@ -110,7 +104,7 @@ bool attention_decode_form(const AttentionArgs& args);
 // that many parts of whole tiles).
 int attention_splits(const AttentionArgs& args, int multiprocessors);
 // Whether a launch with these args merges its splits in the attention kernel
-// itself (the decode form, splits > 1, kInKernel with counters) rather than
+// itself (the decode form, splits > 1, split counters given) rather than
 // in the separate combine kernel.
 bool attention_combines_in_kernel(const AttentionArgs& args);
 // Floats of workspace a call with `splits` needs (0 when splits == 1).

@@ -77,6 +77,11 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
     const double pairs = static_cast<double>(tokens) * o.prefix + static_cast<double>(tokens) * (tokens + 1) / 2;
     row.flops = 4.0 * o.head_dim * o.heads * pairs;
 
+    // One split counter per KV head (one sequence), zeroed once: every launch leaves them zero.
+    const size_t counter_bytes = static_cast<size_t>(o.kv_heads) * sizeof(unsigned int);
+    HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory counters, cuda::device_alloc(counter_bytes, "split counters"));
+    HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(counters.get(), 0, counter_bytes));
+
     std::vector<float> portable_out;
     args.context_entries = context;
     for (AttentionKernel kernel : {AttentionKernel::kPortable, AttentionKernel::kSm90, AttentionKernel::kSm90Staged}) {
@@ -98,22 +103,16 @@ Result<AttentionBenchReport> run_attention_bench(const AttentionBenchOptions& o,
       args.staging = staging.get();
       // The portable kernel's split decode contexts merge in a kernel of
       // their own ("portable") and, timed too, in the attention kernel
-      // itself, on counters zeroed once ("portable-combine-in-kernel").
-      HIQ_ASSIGN_OR_RETURN(cuda::DeviceMemory counters,
-                           cuda::device_alloc(std::max<size_t>(1, static_cast<size_t>(o.kv_heads) * sizeof(unsigned int)),
-                                              "split counters"));
-      HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(counters.get(), 0, static_cast<size_t>(o.kv_heads) * sizeof(unsigned int)));
-      args.split_counters = static_cast<unsigned int*>(counters.get());
-      for (const cuda::AttentionCombine combine :
-           {cuda::AttentionCombine::kSeparateKernel, cuda::AttentionCombine::kInKernel}) {
-        args.combine = combine;
-        if (combine == cuda::AttentionCombine::kInKernel && !cuda::attention_combines_in_kernel(args)) continue;
+      // itself, on the counters ("portable-combine-in-kernel").
+      for (const bool in_kernel : {false, true}) {
+        args.split_counters = in_kernel ? static_cast<unsigned int*>(counters.get()) : nullptr;
+        if (in_kernel && !cuda::attention_combines_in_kernel(args)) continue;
         // NaN everywhere first: an element the kernel skipped shows as an error.
         HIQ_CUDA_RETURN_IF_ERROR(cudaMemset(out.get(), 0xff, static_cast<size_t>(tokens) * q_row * 2));
         AttentionBenchReport::Kernel k_row;
         k_row.name = kernel == AttentionKernel::kSm90                 ? "sm90"
                      : kernel == AttentionKernel::kSm90Staged         ? "sm90-staged"
-                     : combine == cuda::AttentionCombine::kInKernel ? "portable-combine-in-kernel"
+                     : in_kernel                                    ? "portable-combine-in-kernel"
                                                                       : "portable";
         HIQ_ASSIGN_OR_RETURN(k_row.seconds, cuda::median_event_seconds(
                                                 [&](int) { return cuda::launch_attention(args, stream.get()); }, 1,

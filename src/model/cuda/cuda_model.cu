@@ -128,7 +128,7 @@ struct PassLayout {
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
 // Whether split decode contexts are merged by the attention kernel's last
-// block (AttentionCombine::kInKernel, on split counters) rather than by a
+// block (on AttentionArgs::split_counters) rather than by a
 // kernel of their own. Off until it has also passed memcheck and measured
 // faster on the GPU (docs/benchmarks.md): without counters the separate
 // kernel runs.

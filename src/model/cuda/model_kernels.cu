@@ -46,39 +46,65 @@ __global__ void gather_rows_kernel(const bf16* table, const int32_t* rows, int w
 
 // One block per row. Rows whose width is a multiple of 8 go 16 bytes at a
 // time, with kRmsThreads threads and the sums in layer_steps.cuh's order (the
-// decode products that normalise their own input give the same bits).
+// decode products that normalise their own input give the same bits); a
+// thread keeps up to kHeldChunks of its chunks, and of the weight's, in
+// registers. A dependent launch: the weight (no kernel's output) is read
+// before the wait for the kernel before, which wrote x or delta.
+constexpr int kHeldChunks = 4;  // rows up to 8,192 wide are held whole
 __global__ void add_rms_norm_kernel(bf16* x, const bf16* delta, const bf16* weight, int width, float eps, bf16* out) {
   allow_dependents();  // the matrix product after it may start on its weights
   const int64_t base = static_cast<int64_t>(blockIdx.x) * width;
   if (width % 8 == 0) {
+    const int chunks = width / 8;
+    const auto* w8 = reinterpret_cast<const Bf16x8*>(weight);
+    Bf16x8 held_w[kHeldChunks], held_x[kHeldChunks];
+#pragma unroll
+    for (int j = 0; j < kHeldChunks; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kRmsThreads;
+      if (i < chunks) held_w[j] = w8[i];
+    }
+    wait_for_prerequisites();
     __shared__ float rstd[1];
     float squares[1] = {0.f};
     auto* x8 = reinterpret_cast<Bf16x8*>(x + base);
     const auto* d8 = reinterpret_cast<const Bf16x8*>(delta + base);
-    for (int i = threadIdx.x; i < width / 8; i += kRmsThreads) {
+    // x += delta, and the sum of squares: chunk i = threadIdx.x + j · kRmsThreads, j ascending.
+    const auto add = [&](int i) {
       Bf16x8 v = x8[i];
       if (delta != nullptr) {
         const Bf16x8 d = d8[i];
-        for (int j = 0; j < 4; ++j) v.v[j] = __floats2bfloat162_rn(__low2float(v.v[j]) + __low2float(d.v[j]),
-                                                                   __high2float(v.v[j]) + __high2float(d.v[j]));
+        for (int e = 0; e < 4; ++e) v.v[e] = __floats2bfloat162_rn(__low2float(v.v[e]) + __low2float(d.v[e]),
+                                                                   __high2float(v.v[e]) + __high2float(d.v[e]));
         x8[i] = v;
       }
       rms_add_squares(v, squares[0]);
-    }
-    rms_block_sum(squares, width, eps, rstd);
-    const auto* w8 = reinterpret_cast<const Bf16x8*>(weight);
-    auto* o8 = reinterpret_cast<Bf16x8*>(out + base);
-    for (int i = threadIdx.x; i < width / 8; i += kRmsThreads) {
-      const Bf16x8 v = x8[i], w = w8[i];
+      return v;
+    };
+    const auto scale = [&](int i, const Bf16x8& v, const Bf16x8& w) {
       Bf16x8 o;
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(v.v[j]), g = __bfloat1622float2(w.v[j]);
-        o.v[j] = __floats2bfloat162_rn(rms_scale(f.x, rstd[0], g.x), rms_scale(f.y, rstd[0], g.y));
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = __bfloat1622float2(v.v[e]), g = __bfloat1622float2(w.v[e]);
+        o.v[e] = __floats2bfloat162_rn(rms_scale(f.x, rstd[0], g.x), rms_scale(f.y, rstd[0], g.y));
       }
-      o8[i] = o;
+      reinterpret_cast<Bf16x8*>(out + base)[i] = o;
+    };
+    const int first_unheld = static_cast<int>(threadIdx.x) + kHeldChunks * kRmsThreads;
+#pragma unroll
+    for (int j = 0; j < kHeldChunks; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kRmsThreads;
+      if (i < chunks) held_x[j] = add(i);
     }
+    for (int i = first_unheld; i < chunks; i += kRmsThreads) add(i);
+    rms_block_sum(squares, width, eps, rstd);
+#pragma unroll
+    for (int j = 0; j < kHeldChunks; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kRmsThreads;
+      if (i < chunks) scale(i, held_x[j], held_w[j]);
+    }
+    for (int i = first_unheld; i < chunks; i += kRmsThreads) scale(i, x8[i], w8[i]);
     return;
   }
+  wait_for_prerequisites();
   float squares = 0.f;
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
     float v = to_float(x[base + i]);
@@ -106,6 +132,7 @@ __global__ void add_bias_kernel(bf16* x, const bf16* bias, int64_t n, int width)
 constexpr int kMaxPairsPerLane = 4;  // head_dim ≤ 256
 constexpr int kQkvWarps = 8;
 __global__ void __launch_bounds__(kQkvWarps * 32) qkv_finish_kernel(QkvArgs a) {
+  wait_for_prerequisites();  // a dependent launch: the product before wrote qkv
   const int t = blockIdx.x, warp = blockIdx.y * kQkvWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   const int d = a.head_dim, half = d / 2;
   const int width = (a.heads + 2 * a.kv_heads) * d;
@@ -222,6 +249,23 @@ __global__ void argmax_kernel(const float* logits, int vocab, int32_t* out) {
   }
 }
 
+// Launches `kernel` as a programmatic dependent of the kernel before it on
+// the stream (dependent_launch.cuh): it may be scheduled while that one
+// finishes, and calls wait_for_prerequisites() before reading its output.
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = &dependent;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 unsigned elementwise_blocks(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096)); }
 
 }  // namespace
@@ -236,7 +280,8 @@ Status launch_add_rms_norm(bf16* x, const bf16* delta, const bf16* weight, int r
                            cudaStream_t stream) {
   if (rows == 0) return Status::ok();
   const int threads = width % 8 == 0 ? kRmsThreads : std::clamp((width + 31) / 32 * 32, 32, 1024);
-  add_rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, delta, weight, width, eps, out);
+  HIQ_CUDA_RETURN_IF_ERROR(launch_dependent(add_rms_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(threads),
+                                            stream, x, delta, weight, width, eps, out));
   return cuda_status(cudaGetLastError(), "add_rms_norm_kernel");
 }
 
@@ -253,7 +298,7 @@ Status launch_qkv_finish(const QkvArgs& a, cudaStream_t stream) {
     return invalid_argument("qkv_finish: head_dim must be even and at most 256");
   const int heads = a.heads + 2 * a.kv_heads;
   const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>((heads + kQkvWarps - 1) / kQkvWarps));
-  qkv_finish_kernel<<<grid, kQkvWarps * 32, 0, stream>>>(a);
+  HIQ_CUDA_RETURN_IF_ERROR(launch_dependent(qkv_finish_kernel, grid, dim3(kQkvWarps * 32), stream, a));
   return cuda_status(cudaGetLastError(), "qkv_finish_kernel");
 }
 

@@ -541,6 +541,10 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
   bf16* qkv = qkv_.as<bf16>();
   bf16* delta = delta_.as<bf16>();
   const bool fused = fused_layers(p);
+  // A decode-sized pass takes SiLU·up into its gate|up product even unfused:
+  // the skinny kernel's gating epilogue has no prologue to slow it, and the
+  // step loses a kernel a layer.
+  const bool gate_in_product = !reduce_ && gemms_.fuses(tokens);
   const auto normalized_by = [&](const cuda::DeviceMemory& norm) {
     cuda::SkinnyFusion f;
     f.norm_weight = static_cast<const bf16*>(norm.get());
@@ -625,10 +629,18 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
     HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, delta, static_cast<const bf16*>(w.post_norm.get()), tokens,
                                                   hidden, s.rms_norm_eps, normed, stream));
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
-    HIQ_RETURN_IF_ERROR(gemm(normed, tokens, static_cast<const bf16*>(w.gate_up.get()), 2 * inter, hidden,
-                             gate_up_.as<bf16>(), CUDA_R_16BF));
-    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
-    HIQ_RETURN_IF_ERROR(cuda::launch_silu_mul(gate_up_.as<bf16>(), tokens, inter, act_.as<bf16>(), stream));
+    if (gate_in_product && cuda::skinny_gemm_supports(normed, tokens, w.gate_up.get(), hidden, act_.memory.get(),
+                                                      CUDA_R_16BF)) {
+      cuda::SkinnyFusion gate;
+      gate.silu_gate = true;
+      HIQ_RETURN_IF_ERROR(gemms_.run_fused(normed, tokens, static_cast<const bf16*>(w.gate_up.get()), inter, hidden,
+                                           act_.as<bf16>(), gate));
+    } else {
+      HIQ_RETURN_IF_ERROR(gemm(normed, tokens, static_cast<const bf16*>(w.gate_up.get()), 2 * inter, hidden,
+                               gate_up_.as<bf16>(), CUDA_R_16BF));
+      HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
+      HIQ_RETURN_IF_ERROR(cuda::launch_silu_mul(gate_up_.as<bf16>(), tokens, inter, act_.as<bf16>(), stream));
+    }
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
     HIQ_RETURN_IF_ERROR(
         gemm(act_.as<bf16>(), tokens, static_cast<const bf16*>(w.down.get()), hidden, inter, delta, CUDA_R_16BF));

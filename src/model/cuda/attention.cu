@@ -422,6 +422,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
   static_assert(kWarpTokens == 16, "a warp's share of a tile is one 16-token A fragment of P");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  // A dependent launch (launch_decode): the kernel before wrote q and the new tokens' K and V.
+  wait_for_prerequisites();
 
   const int group = a.heads / a.kv_heads;
   const int seq_index = blockIdx.y / a.kv_heads, kv_head = blockIdx.y % a.kv_heads;
@@ -465,18 +467,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
     accumulate_values<kWarpTokens / 8, D>(state.acc, s, v_rows, lane);
     __syncthreads();  // the stage is overwritten by the load two tiles on
   }
-  // Programmatic dependent launch (dependent_launch.cuh): the output
-  // projection after us may be scheduled once every block of this grid has
-  // got here (griddepcontrol.launch_dependents only allows its scheduling),
-  // and stream its weights. It reads `out` only after its
+  // Programmatic dependent launch (dependent_launch.cuh): the kernel after
+  // us (the output projection, or the combine kernel) may be scheduled once
+  // every block of this grid has got here (griddepcontrol.launch_dependents
+  // only allows its scheduling). It reads what we write only after its
   // wait_for_prerequisites(), griddepcontrol.wait, which returns when this
   // whole grid has completed and its writes are visible — the last block's
-  // combine included. So the in-kernel combine may write `out` after this.
-  // (With the separate combine, that kernel is what comes next, launched
-  // without the attribute, and it calls this itself; with one split, the
-  // kernel keeps its implicit trigger at exit.)
+  // combine included. So the merge below may write after this.
   const bool combine_here = combines_in_kernel(a);
-  if (combine_here) allow_dependents();
+  allow_dependents();
 
   // Merge the warps: each leaves its max, sum and unnormalised output per
   // row in shared memory (the stages are free: the loop ended on a barrier).
@@ -569,6 +568,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
 // weights, then each thread adds its element of the splits' outputs.
 __global__ void combine_kernel(AttentionArgs a) {
   allow_dependents();  // the output projection may start on its weights
+  wait_for_prerequisites();  // a dependent launch: the attention before wrote the splits
   __shared__ float weight[kMostSplits];
   const int64_t row = blockIdx.x;
   if (threadIdx.x < 32) combine_weights(a, row, static_cast<int>(threadIdx.x), weight);
@@ -600,7 +600,7 @@ Status launch_decode(const AttentionArgs& a, cudaStream_t stream) {
   constexpr auto kKernel = decode_attention_kernel<D>;
   HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory<kKernel>(static_cast<int>(kDecodeSmemBytes<D>)));
   const dim3 grid(1, static_cast<unsigned>(a.num_sequences * a.kv_heads), static_cast<unsigned>(a.splits));
-  decode_attention_kernel<D><<<grid, kDecodeWarps * 32, kDecodeSmemBytes<D>, stream>>>(a);
+  HIQ_CUDA_RETURN_IF_ERROR(launch_dependent(kKernel, grid, dim3(kDecodeWarps * 32), kDecodeSmemBytes<D>, stream, a));
   return cuda_status(cudaGetLastError(), "decode_attention_kernel");
 }
 
@@ -615,8 +615,8 @@ Status launch(const AttentionArgs& a, cudaStream_t stream) {
   }
   if (a.splits > 1 && !attention_combines_in_kernel(a)) {
     const int threads = std::min(1024, (a.head_dim + 31) / 32 * 32);
-    combine_kernel<<<static_cast<unsigned>(a.num_tokens * a.heads), threads, 0, stream>>>(a);
-    HIQ_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    HIQ_CUDA_RETURN_IF_ERROR(
+        launch_dependent(combine_kernel, dim3(static_cast<unsigned>(a.num_tokens * a.heads)), dim3(threads), 0, stream, a));
   }
   return Status::ok();
 }

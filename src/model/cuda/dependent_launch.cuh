@@ -15,6 +15,8 @@
 // while the norm, elementwise or attention kernel before them finishes.
 #pragma once
 
+#include <cuda_runtime.h>
+
 namespace hiq::cuda {
 
 __device__ __forceinline__ void wait_for_prerequisites() {
@@ -27,6 +29,25 @@ __device__ __forceinline__ void allow_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" :::);
 #endif
+}
+
+// Launches `kernel` as a programmatic dependent of the kernel before it on
+// the stream: it may be scheduled while that one finishes, and calls
+// wait_for_prerequisites() before reading its output.
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                             cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &dependent;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
 }  // namespace hiq::cuda

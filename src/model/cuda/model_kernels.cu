@@ -132,6 +132,7 @@ __global__ void add_bias_kernel(bf16* x, const bf16* bias, int64_t n, int width)
 constexpr int kMaxPairsPerLane = 4;  // head_dim ≤ 256
 constexpr int kQkvWarps = 8;
 __global__ void __launch_bounds__(kQkvWarps * 32) qkv_finish_kernel(QkvArgs a) {
+  allow_dependents();        // the attention after it may be scheduled, and wait for it
   wait_for_prerequisites();  // a dependent launch: the product before wrote qkv
   const int t = blockIdx.x, warp = blockIdx.y * kQkvWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   const int d = a.head_dim, half = d / 2;
@@ -249,23 +250,6 @@ __global__ void argmax_kernel(const float* logits, int vocab, int32_t* out) {
   }
 }
 
-// Launches `kernel` as a programmatic dependent of the kernel before it on
-// the stream (dependent_launch.cuh): it may be scheduled while that one
-// finishes, and calls wait_for_prerequisites() before reading its output.
-template <typename... Params, typename... Args>
-cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute dependent{};
-  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.stream = stream;
-  config.attrs = &dependent;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, args...);
-}
-
 unsigned elementwise_blocks(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096)); }
 
 }  // namespace
@@ -280,7 +264,7 @@ Status launch_add_rms_norm(bf16* x, const bf16* delta, const bf16* weight, int r
                            cudaStream_t stream) {
   if (rows == 0) return Status::ok();
   const int threads = width % 8 == 0 ? kRmsThreads : std::clamp((width + 31) / 32 * 32, 32, 1024);
-  HIQ_CUDA_RETURN_IF_ERROR(launch_dependent(add_rms_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(threads),
+  HIQ_CUDA_RETURN_IF_ERROR(launch_dependent(add_rms_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0,
                                             stream, x, delta, weight, width, eps, out));
   return cuda_status(cudaGetLastError(), "add_rms_norm_kernel");
 }
@@ -298,7 +282,7 @@ Status launch_qkv_finish(const QkvArgs& a, cudaStream_t stream) {
     return invalid_argument("qkv_finish: head_dim must be even and at most 256");
   const int heads = a.heads + 2 * a.kv_heads;
   const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>((heads + kQkvWarps - 1) / kQkvWarps));
-  HIQ_CUDA_RETURN_IF_ERROR(launch_dependent(qkv_finish_kernel, grid, dim3(kQkvWarps * 32), stream, a));
+  HIQ_CUDA_RETURN_IF_ERROR(launch_dependent(qkv_finish_kernel, grid, dim3(kQkvWarps * 32), 0, stream, a));
   return cuda_status(cudaGetLastError(), "qkv_finish_kernel");
 }
 

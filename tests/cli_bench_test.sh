@@ -96,9 +96,12 @@ python3 - "$TMP/cpu.json" <<'PY' || fail "hiq bench cpu report: $(cat "$TMP/cpu.
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["threads"] == 2, r
-assert [row["what"] for row in r["rows"]] == ["prefill", "decode step", "decode batch of 8"], r
+assert [row["what"] for row in r["rows"]] == ["prefill", "decode step", "decode batch of 8", "machine: multiply-adds"], r
 assert r["batch_same_as_alone"] is True, r
+# The machine's ceiling is the last row's speedup, and every row is also given over it.
+assert r["machine_speedup"] == r["rows"][-1]["speedup"] > 0, r
 for row in r["rows"]:
+    assert abs(row["speedup_over_machine"] - row["speedup"] / r["machine_speedup"]) < 1e-9, row
     assert row["same_logits"] is True and row["one_thread_seconds"] > 0 and row["threads_seconds"] > 0, row
     # Rounds alternate one thread and two; the speedup is the median of their ratios.
     one, many = row["one_thread_rounds_seconds"], row["threads_rounds_seconds"]
@@ -108,7 +111,7 @@ for row in r["rows"]:
     ratios = sorted(a / b for a, b in zip(one, many))
     assert abs(row["speedup"] - ratios[len(ratios) // 2]) < 1e-9, row
 PY
-pass "hiq bench cpu --threads 2: same logits, speedup reported, a batch's logits are its sequences' alone"
+pass "hiq bench cpu --threads 2: same logits, speedup reported and over the machine's ceiling, a batch's logits are its sequences' alone"
 # One thread against one: both rows timed and compared, not left empty.
 "$HIQ" bench cpu --model "$root/models/hiq-tiny-python" --threads 1 --prefill 16 --decode-context 16 --decode-batch 2 --seconds 0.01 \
   --json >"$TMP/cpu1.json" 2>"$TMP/err" || fail "hiq bench cpu --threads 1 exited non-zero: $(cat "$TMP/err")"

@@ -40,20 +40,22 @@ constexpr int kRounds = 7;
 
 struct Timing {
   std::vector<double> seconds;  // each round's median (core/median_time.h)
-  std::vector<float> logits;    // of the last repeat (a batch's, one sequence after another)
+  std::vector<float> results;   // of the last repeat: logits (a batch's, one sequence after another), or sums
 };
 
-// The ceiling row's job: kChunks independent chains of multiply-adds on
-// eight registers, one chunk per pool index. Each chunk's sum depends on its
-// index alone, so any split gives the same bits.
-std::vector<float> multiply_adds() {
-  constexpr int64_t kChunks = 64;
-  constexpr int kIterations = 1 << 15;
-  std::vector<float> sums(kChunks);
-  parallel_for(kChunks, 1, [&](int64_t begin, int64_t end) {
+// The ceiling row's job: `chunks` pieces, one per pool index, each 64
+// independent chains of multiply-adds in registers (enough to keep a core's
+// floating-point units busy whether or not the compiler packs them into
+// vectors). Each chunk's sum depends on its index alone, so any split gives
+// the same bits.
+std::vector<float> multiply_adds(int64_t chunks) {
+  constexpr int kChains = 64;
+  constexpr int kIterations = 1 << 16;
+  std::vector<float> sums(static_cast<size_t>(chunks));
+  parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      float acc[8];
-      for (int j = 0; j < 8; ++j) acc[j] = static_cast<float>(c + j) * 1e-3f;
+      float acc[kChains];
+      for (int j = 0; j < kChains; ++j) acc[j] = static_cast<float>(c + j) * 1e-3f;
       for (int i = 0; i < kIterations; ++i)
         for (float& a : acc) a = a * 0.999f + 1e-4f;
       float sum = 0.f;
@@ -71,7 +73,7 @@ double median_of(std::vector<double> v) {
 
 Status time_round(const std::function<Result<std::vector<float>>()>& forward, double seconds, Timing& t) {
   HIQ_ASSIGN_OR_RETURN(const double median, median_seconds(seconds, [&]() -> Status {
-                         HIQ_ASSIGN_OR_RETURN(t.logits, forward());
+                         HIQ_ASSIGN_OR_RETURN(t.results, forward());
                          return Status::ok();
                        }, /*min_runs=*/1));
   t.seconds.push_back(median);
@@ -127,6 +129,10 @@ int run_cpu_bench(const CpuBenchFlags& f) {
   // The decode steps' context KV, once (one thread computes the same bits as N).
   if (auto warm = run(context, 0)(); !warm) return report_error("bench cpu", warm.status());
 
+  // Several chunks a thread at any thread count, so that the split stays even.
+  const auto machine_job = [chunks = int64_t{8} * threads] {
+    return Result<std::vector<float>>(multiply_adds(chunks));
+  };
   struct Row {
     std::string what;
     size_t tokens;
@@ -143,8 +149,9 @@ int run_cpu_bench(const CpuBenchFlags& f) {
   std::vector<Row> rows = {{"prefill", prefill, run(prefill, 0), {}, {}},
                            {"decode step", 1, run(context + 1, context), {}, {}},
                            {"decode batch of " + std::to_string(batch), batch, run_batch, {}, {}},
-                           {"machine: multiply-adds", 0, [] { return Result<std::vector<float>>(multiply_adds()); },
-                            {}, {}}};
+                           {"machine: multiply-adds", 0, machine_job, {}, {}}};
+  const Row& decode_batch = rows[2];
+  const Row& machine = rows[3];
   const int before = parallel_threads();
   for (Row& row : rows) {
     // One thread, then `threads` (also 1 with --threads 1: the same pass twice), in turns.
@@ -164,8 +171,7 @@ int run_cpu_bench(const CpuBenchFlags& f) {
     alone.insert(alone.end(), logits->begin(), logits->end());
   }
   set_parallel_threads(before);
-  const Row& machine = rows.back();
-  const bool batch_is_alone = rows[2].one.logits == alone;
+  const bool batch_is_alone = decode_batch.one.results == alone;
 
   if (f.json) {
     nlohmann::json out = {{"model", f.model},
@@ -181,7 +187,7 @@ int run_cpu_bench(const CpuBenchFlags& f) {
                              {"speedup_over_machine", r.speedup() / machine.speedup()},
                              {"one_thread_rounds_seconds", r.one.seconds},
                              {"threads_rounds_seconds", r.many.seconds},
-                             {"same_logits", r.one.logits == r.many.logits}});
+                             {"same_logits", r.one.results == r.many.results}});
     std::cout << out.dump(2) << '\n';
   } else {
     Table t({"", "tokens", "1 thread ms", std::to_string(threads) + " threads ms", "speedup", "÷ machine's",
@@ -189,11 +195,11 @@ int run_cpu_bench(const CpuBenchFlags& f) {
     for (const Row& r : rows)
       t.add_row({r.what, r.tokens > 0 ? std::to_string(r.tokens) : "-", format_fixed(r.one_seconds() * 1e3, 2),
                  format_fixed(r.many_seconds() * 1e3, 2), format_fixed(r.speedup(), 2) + "x",
-                 format_fixed(r.speedup() / machine.speedup(), 2), r.one.logits == r.many.logits ? "yes" : "NO"});
+                 format_fixed(r.speedup() / machine.speedup(), 2), r.one.results == r.many.results ? "yes" : "NO"});
     t.print(std::cout);
   }
   for (const Row& r : rows)
-    if (r.one.logits != r.many.logits) {
+    if (r.one.results != r.many.results) {
       std::cerr << "hiq bench cpu: error: " << r.what << " results differ between 1 and " << threads << " threads\n";
       return 1;
     }

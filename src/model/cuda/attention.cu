@@ -567,7 +567,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Att
 // (rounded up to a warp) per (token, head) row; its first warp finds the
 // weights, then each thread adds its element of the splits' outputs.
 __global__ void combine_kernel(AttentionArgs a) {
-  allow_dependents();  // the output projection may start on its weights
+  allow_dependents();        // the output projection may start on its weights
   wait_for_prerequisites();  // a dependent launch: the attention before wrote the splits
   __shared__ float weight[kMostSplits];
   const int64_t row = blockIdx.x;
@@ -600,8 +600,8 @@ Status launch_decode(const AttentionArgs& a, cudaStream_t stream) {
   constexpr auto kKernel = decode_attention_kernel<D>;
   HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory<kKernel>(static_cast<int>(kDecodeSmemBytes<D>)));
   const dim3 grid(1, static_cast<unsigned>(a.num_sequences * a.kv_heads), static_cast<unsigned>(a.splits));
-  HIQ_CUDA_RETURN_IF_ERROR(launch_dependent(kKernel, grid, dim3(kDecodeWarps * 32), kDecodeSmemBytes<D>, stream, a));
-  return cuda_status(cudaGetLastError(), "decode_attention_kernel");
+  return launch_dependent("decode_attention_kernel", kKernel, grid, dim3(kDecodeWarps * 32), kDecodeSmemBytes<D>,
+                          stream, a);
 }
 
 template <int D>
@@ -615,8 +615,8 @@ Status launch(const AttentionArgs& a, cudaStream_t stream) {
   }
   if (a.splits > 1 && !attention_combines_in_kernel(a)) {
     const int threads = std::min(1024, (a.head_dim + 31) / 32 * 32);
-    HIQ_CUDA_RETURN_IF_ERROR(
-        launch_dependent(combine_kernel, dim3(static_cast<unsigned>(a.num_tokens * a.heads)), dim3(threads), 0, stream, a));
+    const dim3 grid(static_cast<unsigned>(a.num_tokens * a.heads));
+    HIQ_RETURN_IF_ERROR(launch_dependent("combine_kernel", combine_kernel, grid, dim3(threads), 0, stream, a));
   }
   return Status::ok();
 }

@@ -6,16 +6,17 @@
 //   q/k-norm, RoPE, K/V into L1 → wait for the layer's restore → attention
 //   over L1 → O proj → add + RMSNorm → gate|up (one fused GEMM) → SiLU·up →
 //   down → … → add + final norm → gather the rows whose logits are wanted →
-//   LM head (FP32 logits) → argmax.
+//   LM head (FP32 logits) → argmax. A pass of ≤ 8 rows applies SiLU·up in
+//   the gate|up product itself (skinny_gemm.h).
 // The per-pass inputs (token ids, positions, slots, sequence table) go up in
 // one copy from a pinned staging buffer; the pass ends with one copy of the
 // results back and a stream synchronisation. A profiled pass (ForwardProfile)
 // also records an event at each boundary between stages of another kind.
 // A decode batch runs at its bucket's shape and, after the bucket's first
 // step, as one launch of the bucket's CUDA graph (decode_graphs.h). With
-// CudaModelOptions::fused_decode, a pass of ≤ 8 rows folds the norms, the
-// residual adds and SiLU·up into its products (skinny_gemm.h): QKV(norm(x))
-// → … → x += O proj → act = gate|up(norm(x)) gated → x += down.
+// CudaModelOptions::fused_decode, a pass of ≤ 8 rows also folds the norms
+// and the residual adds into its products: QKV(norm(x)) → … → x += O proj →
+// act = gate|up(norm(x)) gated → x += down.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -128,10 +129,10 @@ struct PassLayout {
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
 // Whether split decode contexts are merged by the attention kernel's last
-// block (on AttentionArgs::split_counters) rather than by a
-// kernel of their own. Off until it has also passed memcheck and measured
-// faster on the GPU (docs/benchmarks.md): without counters the separate
-// kernel runs.
+// block (on AttentionArgs::split_counters) rather than by a kernel of their
+// own. Off: it passes memcheck and racecheck, but a decode step measured
+// 1.012–1.025× slower with it on an H100 (docs/benchmarks.md, "Decode on
+// the H100"); without counters the separate kernel runs.
 constexpr bool kInKernelSplitCombine = false;
 
 PassLayout layout_of(const PassShape& p, size_t context) {
@@ -543,7 +544,8 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
   const bool fused = fused_layers(p);
   // A decode-sized pass takes SiLU·up into its gate|up product even unfused:
   // the skinny kernel's gating epilogue has no prologue to slow it, and the
-  // step loses a kernel a layer.
+  // step loses a kernel a layer (measured at Qwen3-8B's shapes on one GPU;
+  // tensor-parallel ranks keep cuBLAS and the SiLU kernel until measured).
   const bool gate_in_product = !reduce_ && gemms_.fuses(tokens);
   const auto normalized_by = [&](const cuda::DeviceMemory& norm) {
     cuda::SkinnyFusion f;

@@ -24,7 +24,9 @@
 // most 64 Mi elements go to our own kernel instead (skinny_gemm.h). Such a
 // product streams its weights; on a matrix this small cuBLAS's kernels leave
 // part of the memory bandwidth unused, while on larger ones (an MLP's
-// gate_up, an LM head) they stream near the copy rate and stay. Measured on
+// gate_up, an LM head) they stream near the copy rate and stay. (The model
+// still runs a decode step's gate_up on the skinny kernel, through
+// run_fused: its SiLU·up epilogue saves a kernel.) Measured on
 // the H200 with `hiq bench gemm` (docs/benchmarks.md): at 1 and 8 rows the
 // skinny kernel takes 0.71–0.84× cuBLAS's time on 4096 × 4096, 0.89–0.96× on
 // 4096 × 12288, 0.98–1.06× on 6144 × 4096, and 0.93–1.08× on the larger two;

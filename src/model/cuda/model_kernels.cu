@@ -264,9 +264,8 @@ Status launch_add_rms_norm(bf16* x, const bf16* delta, const bf16* weight, int r
                            cudaStream_t stream) {
   if (rows == 0) return Status::ok();
   const int threads = width % 8 == 0 ? kRmsThreads : std::clamp((width + 31) / 32 * 32, 32, 1024);
-  HIQ_CUDA_RETURN_IF_ERROR(launch_dependent(add_rms_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0,
-                                            stream, x, delta, weight, width, eps, out));
-  return cuda_status(cudaGetLastError(), "add_rms_norm_kernel");
+  return launch_dependent("add_rms_norm_kernel", add_rms_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(threads),
+                          0, stream, x, delta, weight, width, eps, out);
 }
 
 Status launch_add_bias(bf16* x, const bf16* bias, int rows, int width, cudaStream_t stream) {
@@ -282,8 +281,7 @@ Status launch_qkv_finish(const QkvArgs& a, cudaStream_t stream) {
     return invalid_argument("qkv_finish: head_dim must be even and at most 256");
   const int heads = a.heads + 2 * a.kv_heads;
   const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>((heads + kQkvWarps - 1) / kQkvWarps));
-  HIQ_CUDA_RETURN_IF_ERROR(launch_dependent(qkv_finish_kernel, grid, dim3(kQkvWarps * 32), 0, stream, a));
-  return cuda_status(cudaGetLastError(), "qkv_finish_kernel");
+  return launch_dependent("qkv_finish_kernel", qkv_finish_kernel, grid, dim3(kQkvWarps * 32), 0, stream, a);
 }
 
 Status launch_silu_mul(const bf16* gate_up, int rows, int width, bf16* out, cudaStream_t stream) {

@@ -244,39 +244,40 @@ bool skinny_fusion_supports(int m, int k, const SkinnyFusion& fusion, cudaDataTy
 namespace {
 
 template <int kTiles, bool kNormalize>
-Status launch_tiles(cudaLaunchConfig_t config, const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, int k,
-                    void* y, bool fp32, const SkinnyFusion& fusion) {
+Status launch_tiles(unsigned tiles, cudaStream_t stream, const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n,
+                    int k, void* y, bool fp32, const SkinnyFusion& fusion) {
+  constexpr auto kKernel = skinny_gemm_kernel<kTiles, kNormalize>;
+  dim3 grid(tiles);
+  size_t shared_bytes = 0;
   if constexpr (kNormalize) {
     // More than 48 KB of dynamic shared memory must be asked for, on each device.
-    constexpr auto kKernel = skinny_gemm_kernel<kTiles, true>;
     HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory<kKernel>(static_cast<int>(kMostNormalizedBytes)));
-    config.dynamicSmemBytes = normalized_bytes(m, k);
+    shared_bytes = normalized_bytes(m, k);
     // As many blocks as are resident at once, each staging x once for the tiles it takes.
     int device = 0, multiprocessors = 0, per_multiprocessor = 0;
     HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
     HIQ_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-    HIQ_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_multiprocessor, skinny_gemm_kernel<kTiles, true>, kThreads, config.dynamicSmemBytes));
-    config.gridDim.x =
-        std::min(config.gridDim.x, static_cast<unsigned>(std::max(1, per_multiprocessor * multiprocessors)));
+    HIQ_CUDA_RETURN_IF_ERROR(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kKernel, kThreads, shared_bytes));
+    grid.x = std::min(grid.x, static_cast<unsigned>(std::max(1, per_multiprocessor * multiprocessors)));
   }
-  HIQ_CUDA_RETURN_IF_ERROR(
-      cudaLaunchKernelEx(&config, skinny_gemm_kernel<kTiles, kNormalize>, x, m, w, n, k, y, fp32, fusion));
-  return Status::ok();
+  // A dependent launch: the kernel streams its first weights while the one before it finishes.
+  return launch_dependent("skinny_gemm_kernel", kKernel, grid, dim3(kThreads), shared_bytes, stream, x, m, w, n, k, y,
+                          fp32, fusion);
 }
 
 template <bool kNormalize>
-Status launch_rows(const cudaLaunchConfig_t& config, const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n,
+Status launch_rows(unsigned tiles, cudaStream_t stream, const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n,
                    int k, void* y, bool fp32, const SkinnyFusion& fusion) {
   switch ((m + 7) / 8) {
     case 1:
-      return launch_tiles<1, kNormalize>(config, x, m, w, n, k, y, fp32, fusion);
+      return launch_tiles<1, kNormalize>(tiles, stream, x, m, w, n, k, y, fp32, fusion);
     case 2:
-      return launch_tiles<2, kNormalize>(config, x, m, w, n, k, y, fp32, fusion);
+      return launch_tiles<2, kNormalize>(tiles, stream, x, m, w, n, k, y, fp32, fusion);
     case 3:
-      return launch_tiles<3, kNormalize>(config, x, m, w, n, k, y, fp32, fusion);
+      return launch_tiles<3, kNormalize>(tiles, stream, x, m, w, n, k, y, fp32, fusion);
     default:
-      return launch_tiles<4, kNormalize>(config, x, m, w, n, k, y, fp32, fusion);
+      return launch_tiles<4, kNormalize>(tiles, stream, x, m, w, n, k, y, fp32, fusion);
   }
 }
 
@@ -290,21 +291,11 @@ Status launch_skinny_gemm(const __nv_bfloat16* x, int m, const __nv_bfloat16* w,
     return invalid_argument(
         "skinny_gemm: this fusion needs a BF16 output, one epilogue, and x small enough to "
         "normalise in shared memory");
-  // A dependent launch: the kernel streams its first weights while the one before it finishes.
-  cudaLaunchAttribute dependent{};
-  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
   const int columns = fusion.silu_gate ? kColumns / 2 : kColumns;
-  config.gridDim = dim3(static_cast<unsigned>((n + columns - 1) / columns));
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  config.attrs = &dependent;
-  config.numAttrs = 1;
+  const auto tiles = static_cast<unsigned>((n + columns - 1) / columns);
   const bool fp32 = y_type == CUDA_R_32F;
-  HIQ_RETURN_IF_ERROR(fusion.norm_weight != nullptr ? launch_rows<true>(config, x, m, w, n, k, y, fp32, fusion)
-                                                    : launch_rows<false>(config, x, m, w, n, k, y, fp32, fusion));
-  return cuda_status(cudaGetLastError(), "skinny_gemm_kernel");
+  return fusion.norm_weight != nullptr ? launch_rows<true>(tiles, stream, x, m, w, n, k, y, fp32, fusion)
+                                       : launch_rows<false>(tiles, stream, x, m, w, n, k, y, fp32, fusion);
 }
 
 }  // namespace hiq::cuda

@@ -16,8 +16,12 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kColumns = 16;  // output columns (weight rows) per block: the mma's M
 constexpr int kChunk = 32;    // k per warp step: two mma k-steps
 // Chunks a warp has in flight: fewer when more rows of x take registers.
+// At one 8-row tile (every decode step of ≤ 8 rows) six take 124 registers,
+// so two blocks still fit a multiprocessor; on the H100 six (with the L2
+// prefetch below) streamed 0.96–0.99× the time of four, eight (one block a
+// multiprocessor) 1.02–1.03× (docs/benchmarks.md).
 template <int kTiles>
-constexpr int kUnroll = kTiles <= 2 ? 4 : 2;
+constexpr int kUnroll = kTiles == 1 ? 6 : kTiles <= 2 ? 4 : 2;
 constexpr int kSmemRowPad = 32;  // elements after each row of x in shared memory (64 bytes)
 // Shared memory a normalising product may take for x: two blocks still fit a multiprocessor.
 constexpr size_t kMostNormalizedBytes = 96 * 1024;
@@ -27,9 +31,13 @@ size_t normalized_bytes(int m, int k) {
 }
 
 __device__ __forceinline__ uint4 load_stream(const void* p) {
-  // Weights are read once per product: keep them out of L1.
+  // Weights are read once per product: keep them out of L1. A warp's load
+  // takes 64 bytes of each of 16 rows, and the block's other warps the rest
+  // of the row's next 512 bytes: asking L2 to fetch 256 bytes at a time
+  // turns four requests to device memory into one, and took 0.97× the time
+  // of a decode step on the H100.
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;

@@ -95,6 +95,42 @@ TEST(CpuOps, MatmulMatchesADoubleReferenceForEveryWeightType) {
   }
 }
 
+TEST(CpuOps, ProductsInOneLoopGiveTheBitsOfEachAloneOnAnyThreads) {
+  // Three matrices of one x (q, k and v's shape, with and without a bias).
+  // At 7 rows of x the loop over their 256 rows is split into ranges of 49,
+  // one of which straddles the first two matrices.
+  const int64_t cols = 96;
+  const int64_t rows[] = {160, 48, 48};
+  const int before = parallel_threads();
+  for (const int64_t m : {int64_t{1}, int64_t{7}}) {
+    const auto x = random_floats(static_cast<size_t>(m * cols), 11);
+    std::vector<std::vector<uint16_t>> w;
+    std::vector<std::vector<float>> bias;
+    std::vector<cpu::Product> products;
+    for (int i = 0; i < 3; ++i) {
+      w.push_back(to_bf16(random_floats(static_cast<size_t>(rows[i] * cols), 12 + i, 0.1f)));
+      bias.push_back(random_floats(static_cast<size_t>(rows[i]), 20 + i));
+    }
+    std::vector<std::vector<float>> alone(3), together(3);
+    for (int i = 0; i < 3; ++i) {
+      const MatrixView view{WeightType::kBf16, w[i].data(), rows[i], cols};
+      const VectorView b = i == 1 ? VectorView{} : VectorView{WeightType::kF32, bias[i].data(), rows[i]};
+      alone[i].assign(static_cast<size_t>(m * rows[i]), NAN);
+      together[i].assign(static_cast<size_t>(m * rows[i]), NAN);
+      set_parallel_threads(1);
+      cpu::matmul(x.data(), m, view, b, alone[i].data());
+      products.push_back({view, b, together[i].data()});
+    }
+    for (const int threads : {1, 2, 3, 8}) {
+      set_parallel_threads(threads);
+      for (auto& y : together) std::fill(y.begin(), y.end(), NAN);
+      cpu::matmuls(x.data(), m, products);
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(together[i], alone[i]) << "matrix " << i << ", m " << m << ", " << threads << " threads";
+    }
+  }
+  set_parallel_threads(before);
+}
+
 TEST(CpuOps, RmsNormSiluAndBf16RoundingMatchTheirDefinitions) {
   const int64_t m = 3, n = 64;
   const auto x = random_floats(static_cast<size_t>(m * n), 4, 3.0f);

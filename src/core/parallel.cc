@@ -15,6 +15,33 @@ namespace {
 
 thread_local bool in_loop = false;  // this thread is running a parallel_for's range
 
+// Waits until done() or kSpin has passed, whichever is first. The first
+// microseconds spin on the CPU's pause instruction: a loop's hand-off is
+// seen within tens of nanoseconds, where sched_yield (a system call, slower
+// still in a VM) took a microsecond or more a look, as much as a decode
+// step's smaller loops take to run. Then it yields, so that a thread
+// waiting longer leaves its core to others.
+constexpr std::chrono::microseconds kSpin{200}, kPauseOnly{20};
+template <typename Done>
+void spin_until(Done done) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!done()) {
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= kSpin) return;
+    if (waited < kPauseOnly) {
+      for (int i = 0; i < 32 && !done(); ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        asm volatile("yield" ::: "memory");
+#endif
+      }
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
 struct Job {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0, chunk = 1;
@@ -69,8 +96,7 @@ class Pool {
     job.run();
     // The workers still on a range finish within microseconds, sooner than a
     // sleeping thread is woken: watch for them for a while, then sleep.
-    const auto until = std::chrono::steady_clock::now() + kSpin;
-    while (busy_.load() != 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    spin_until([&] { return busy_.load() == 0; });
     std::unique_lock lock(mutex_);
     // A worker that wakes after this finds no job; one that took it is waited for.
     idle_.wait(lock, [&] { return busy_.load() == 0; });
@@ -104,8 +130,7 @@ class Pool {
       // Loops come in bursts (a forward pass runs dozens): look for the next
       // one for a while before sleeping, which costs a wake-up per loop.
       lock.unlock();
-      const auto until = std::chrono::steady_clock::now() + kSpin;
-      while (generation_.load() == seen && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      spin_until([&] { return generation_.load() != seen; });
       lock.lock();
       wake_.wait(lock, [&] { return stopping_ || generation_.load() != seen; });
       if (stopping_) return;
@@ -127,7 +152,6 @@ class Pool {
   std::vector<std::thread> workers_;
   Job* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};  // written under mutex_; read without it while spinning
-  static constexpr std::chrono::microseconds kSpin{200};
   std::atomic<int> busy_{0};  // workers on the job: written under mutex_; read without it while spinning
   bool stopping_ = false;
 };

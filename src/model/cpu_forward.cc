@@ -156,9 +156,9 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
     const LayerWeights& l = w.layers[static_cast<size_t>(layer)];
     cpu::rms_norm(h.data(), total, hidden, l.input_norm, s.rms_norm_eps, x.data(), true);
     store(x);
-    cpu::matmul(x.data(), total, l.q_proj, l.q_bias, q.data());
-    cpu::matmul(x.data(), total, l.k_proj, l.k_bias, k.data());
-    cpu::matmul(x.data(), total, l.v_proj, l.v_bias, v.data());
+    const cpu::Product qkv[] = {{l.q_proj, l.q_bias, q.data()}, {l.k_proj, l.k_bias, k.data()},
+                                {l.v_proj, l.v_bias, v.data()}};
+    cpu::matmuls(x.data(), total, qkv);
     store(q), store(k), store(v);
     if (s.qk_norm) {
       cpu::rms_norm(q.data(), total * s.num_heads, s.head_dim, l.q_norm, s.rms_norm_eps, q.data(), true);
@@ -211,8 +211,8 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
 
     cpu::rms_norm(h.data(), total, hidden, l.post_attention_norm, s.rms_norm_eps, x.data(), true);
     store(x);
-    cpu::matmul(x.data(), total, l.gate_proj, no_bias, gate.data());
-    cpu::matmul(x.data(), total, l.up_proj, no_bias, up.data());
+    const cpu::Product gate_up[] = {{l.gate_proj, no_bias, gate.data()}, {l.up_proj, no_bias, up.data()}};
+    cpu::matmuls(x.data(), total, gate_up);
     store(gate), store(up);
     cpu::silu_mul(gate.data(), up.data(), gate.size(), gate.data());
     store(gate);

@@ -40,21 +40,40 @@ void read_row(const MatrixView& w, int64_t row, float* out) {
 }
 
 void matmul(const float* x, int64_t m, const MatrixView& w, const VectorView& bias, float* y) {
-  HIQ_CHECK(w.data != nullptr && w.rows > 0 && w.cols > 0 && m >= 0);
-  if (m == 0) return;
-  HIQ_CHECK(bias.data == nullptr || bias.size == w.rows);
-  // The bias widened once (the kernels add it in float).
-  std::vector<float> b;
-  if (bias.data != nullptr) {
-    b.resize(static_cast<size_t>(w.rows));
-    for (int64_t j = 0; j < w.rows; ++j) b[static_cast<size_t>(j)] = load(bias.type, bias.data, j);
+  const Product product{w, bias, y};
+  matmuls(x, m, std::span(&product, 1));
+}
+
+void matmuls(const float* x, int64_t m, std::span<const Product> products) {
+  HIQ_CHECK(m >= 0 && !products.empty());
+  const int64_t cols = products.front().w.cols;
+  // Each product's bias widened once (the kernels add it in float), and
+  // where its rows start in the loop's index space.
+  std::vector<std::vector<float>> biases(products.size());
+  std::vector<int64_t> first_row(products.size() + 1, 0);
+  for (size_t i = 0; i < products.size(); ++i) {
+    const Product& p = products[i];
+    HIQ_CHECK(p.w.data != nullptr && p.w.rows > 0 && p.w.cols == cols && cols > 0 && p.y != nullptr);
+    HIQ_CHECK(p.bias.data == nullptr || p.bias.size == p.w.rows);
+    if (p.bias.data != nullptr) {
+      biases[i].resize(static_cast<size_t>(p.w.rows));
+      for (int64_t j = 0; j < p.w.rows; ++j) biases[i][static_cast<size_t>(j)] = load(p.bias.type, p.bias.data, j);
+    }
+    first_row[i + 1] = first_row[i] + p.w.rows;
   }
+  if (m == 0) return;
   // Output features split across threads; each is computed the same way
   // whichever thread runs it (cpu_kernels.h), so the result does not depend
   // on the split.
   const kernels::Table& k = kernels::best_table();
-  parallel_for(w.rows, kParallelWork / (w.cols * m) + 1, [&](int64_t first, int64_t last) {
-    k.matmul_rows(x, m, w, first, last, b.empty() ? nullptr : b.data(), y);
+  parallel_for(first_row.back(), kParallelWork / (cols * m) + 1, [&](int64_t first, int64_t last) {
+    for (size_t i = 0; i < products.size(); ++i) {
+      const int64_t begin = std::max(first, first_row[i]), end = std::min(last, first_row[i + 1]);
+      if (begin >= end) continue;
+      const Product& p = products[i];
+      k.matmul_rows(x, m, p.w, begin - first_row[i], end - first_row[i], biases[i].empty() ? nullptr : biases[i].data(),
+                    p.y);
+    }
   });
 }
 
@@ -221,11 +240,14 @@ void attention(std::span<const AttentionSequence> sequences, int heads, int kv_h
   const int64_t block_work = kAttentionKeyBlock * head_dim * 2;  // multiply-adds of a whole block
 
   if (rows >= 2 * int64_t{parallel_threads()} || most_blocks == 1) {
-    // Rows split across threads, each row's blocks run in order by one.
+    // Rows split across threads, each row's blocks run in order by one. The
+    // ranges go out last row first: a causal row sees more keys the later its
+    // token, so the longest work is taken first and the last ranges to be
+    // taken are short, leaving no thread alone with a long one at the end.
     parallel_for(rows, kParallelWork / (most_blocks * block_work) + 1, [&](int64_t first, int64_t last) {
       std::vector<float> scores(static_cast<size_t>(kAttentionKeyBlock)), o(static_cast<size_t>(head_dim));
-      for (int64_t r = first; r < last; ++r) {
-        const Row row = row_of(r);
+      for (int64_t i = first; i < last; ++i) {
+        const Row row = row_of(rows - 1 - i);
         merge_row(row.out, row.visible, head_dim, [&](int64_t b) {
           const KeyBlock block = attend_block(kern, row.q, row.k, row.v, head_dim, b * kAttentionKeyBlock,
                                               block_end(row, b), scale, scores.data(), o.data());

@@ -38,6 +38,18 @@ void read_row(const MatrixView& w, int64_t row, float* out);
 // y[m][rows] = x[m][cols] · wᵀ (+ bias[rows]).
 void matmul(const float* x, int64_t m, const MatrixView& w, const VectorView& bias, float* y);
 
+// Several products of one x (q, k and v; gate and up), each as matmul()
+// computes it, in one parallel loop over their output features together:
+// the same bits, and one hand-off to the pool's threads instead of one a
+// matrix, which at a decode step's sizes costs about as much as a product.
+// Every w has the same cols.
+struct Product {
+  MatrixView w;
+  VectorView bias;
+  float* y = nullptr;  // [m][w.rows]
+};
+void matmuls(const float* x, int64_t m, std::span<const Product> products);
+
 // y[i] = x̂[i] · weight with x̂[i] = x[i] / sqrt(mean(x[i]²) + eps), per row of
 // n features; y may be x. `bf16_normalized`: x̂ is rounded to BF16 before the
 // weight multiplies it, as the reference's RMSNorm casts it back to the

@@ -1,9 +1,11 @@
 // core/parallel.h: every index is run exactly once, whatever the thread count;
 // a loop nested in another, or started while another runs, runs on its
-// caller; the thread count can change between loops.
+// caller; the thread count can change between loops; a loop is over for
+// every thread when it returns, whether the workers were watching or asleep.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -51,6 +53,26 @@ TEST(ParallelFor, NestedAndConcurrentLoopsRunOnTheirCaller) {
   loop();
   for (auto& t : callers) t.join();
   EXPECT_EQ(total.load(), 4 * 64 * 10);
+  set_parallel_threads(before);
+}
+
+TEST(ParallelFor, BackToBackLoopsAndLoopsAfterTheWorkersSleepEachFinishBeforeReturning) {
+  const int before = parallel_threads();
+  set_parallel_threads(3);
+  // Each loop writes into storage that dies when it returns: a worker still
+  // on a loop's job after that would be caught here (or by ASan, TSan).
+  const auto loop_once = [](int tag) {
+    std::vector<int> written(16, -1);
+    parallel_for(16, 1, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) written[static_cast<size_t>(i)] = tag;
+    });
+    for (int v : written) ASSERT_EQ(v, tag);
+  };
+  for (int tag = 0; tag < 20000; ++tag) loop_once(tag);  // the workers watch, never sleep
+  for (int tag = 0; tag < 5; ++tag) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past their watch: asleep
+    loop_once(tag);
+  }
   set_parallel_threads(before);
 }
 

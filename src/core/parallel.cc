@@ -55,6 +55,19 @@ struct Job {
   }
 };
 
+// The hand-off takes no lock while the workers are watching (a decode step
+// runs dozens of loops of a few microseconds each). A loop is published by
+// storing its job and bumping `generation_`; a worker that sees the bump
+// counts itself in `busy_`, then takes the job if one is still published.
+// The caller, once its own share is done, withdraws the job and waits for
+// `busy_` to fall to zero. Both sides write first and read second
+// (busy_ then job_; job_ then busy_), all sequentially consistent, so at
+// least one sees the other: a worker either finds the job withdrawn or is
+// waited for, and no worker touches a job after its loop has returned.
+// Workers that watched in vain for kSpin sleep on `wake_`, and the caller
+// that outwaits kSpin sleeps on `idle_`; each side wakes the other only when
+// it has said it sleeps (`sleepers_`, `caller_waits_`), in the same
+// write-then-read order, under `mutex_` so that no wake-up is lost.
 class Pool {
  public:
   static Pool& get() {
@@ -87,20 +100,23 @@ class Pool {
     // busy core) leaves its share to the others.
     const int64_t ranges = int64_t{threads_.load()} * 4;
     job.chunk = std::max(grain, (n + ranges - 1) / ranges);
-    {
+    job_.store(&job);
+    generation_.fetch_add(1);
+    if (sleepers_.load() > 0) {
       std::lock_guard lock(mutex_);
-      job_ = &job;
-      generation_.fetch_add(1);
+      wake_.notify_all();
     }
-    wake_.notify_all();
     job.run();
+    job_.store(nullptr);
     // The workers still on a range finish within microseconds, sooner than a
     // sleeping thread is woken: watch for them for a while, then sleep.
     spin_until([&] { return busy_.load() == 0; });
-    std::unique_lock lock(mutex_);
-    // A worker that wakes after this finds no job; one that took it is waited for.
-    idle_.wait(lock, [&] { return busy_.load() == 0; });
-    job_ = nullptr;
+    if (busy_.load() != 0) {
+      std::unique_lock lock(mutex_);
+      caller_waits_.store(true);
+      idle_.wait(lock, [&] { return busy_.load() == 0; });
+      caller_waits_.store(false);
+    }
   }
 
  private:
@@ -117,6 +133,7 @@ class Pool {
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
+      generation_.fetch_add(1);
     }
     wake_.notify_all();
     for (std::thread& t : workers_) t.join();
@@ -124,36 +141,39 @@ class Pool {
   }
 
   void work() {
-    std::unique_lock lock(mutex_);
     uint64_t seen = generation_.load();
     while (true) {
-      // Loops come in bursts (a forward pass runs dozens): look for the next
-      // one for a while before sleeping, which costs a wake-up per loop.
-      lock.unlock();
+      // Loops come in bursts (a forward pass runs dozens): watch for the
+      // next one for a while before sleeping, which costs a wake-up per loop.
       spin_until([&] { return generation_.load() != seen; });
-      lock.lock();
-      wake_.wait(lock, [&] { return stopping_ || generation_.load() != seen; });
-      if (stopping_) return;
+      if (generation_.load() == seen) {
+        std::unique_lock lock(mutex_);
+        sleepers_.fetch_add(1);
+        wake_.wait(lock, [&] { return stopping_ || generation_.load() != seen; });
+        sleepers_.fetch_sub(1);
+      }
+      if (stopping_.load()) return;
       seen = generation_.load();
-      Job* job = job_;
-      if (job == nullptr) continue;  // woke after that loop had ended
-      ++busy_;
-      lock.unlock();
-      job->run();
-      lock.lock();
-      if (--busy_ == 0) idle_.notify_all();
+      busy_.fetch_add(1);
+      if (Job* job = job_.load()) job->run();
+      if (busy_.fetch_sub(1) == 1 && caller_waits_.load()) {
+        std::lock_guard lock(mutex_);
+        idle_.notify_all();
+      }
     }
   }
 
   std::mutex call_;  // held by the one loop running on the pool (and by set_threads)
   std::atomic<int> threads_{1};
-  std::mutex mutex_;
-  std::condition_variable wake_, idle_;
   std::vector<std::thread> workers_;
-  Job* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};  // written under mutex_; read without it while spinning
-  std::atomic<int> busy_{0};  // workers on the job: written under mutex_; read without it while spinning
-  bool stopping_ = false;
+  std::atomic<Job*> job_{nullptr};         // the loop on offer, or none
+  std::atomic<uint64_t> generation_{0};    // bumped by each loop offered (and by stop())
+  std::atomic<int> busy_{0};               // workers between seeing a bump and leaving its job
+  std::mutex mutex_;                       // for the sleeps below
+  std::condition_variable wake_, idle_;    // a loop for sleeping workers; busy_ at zero for the caller
+  std::atomic<int> sleepers_{0};           // workers asleep on wake_, or about to be
+  std::atomic<bool> caller_waits_{false};  // the caller asleep on idle_, or about to be
+  std::atomic<bool> stopping_{false};     // written under mutex_, so that a sleeper sees it
 };
 
 }  // namespace

@@ -67,6 +67,7 @@ TEST_F(GpuQkvFinishTest, MatchesARoundedReferenceAtEveryHeadDimInBothForms) {
       {64, 8, 2, 19, true, true, 0},    {64, 8, 2, 19, true, false, 0},  {16, 4, 2, 9, false, true, 0},
       {32, 6, 3, 9, true, true, 0},     {40, 4, 4, 11, true, true, 0},   {96, 12, 4, 11, false, true, 0},
       {256, 8, 2, 5, true, true, 0},    {256, 8, 2, 5, false, true, 1},  {20, 5, 1, 7, false, false, 0},
+      {32, 6, 3, 9, true, true, 1},     {16, 4, 2, 9, true, true, 1},    {96, 12, 4, 11, true, true, 1},
   };
   const float eps = 1e-6f, rope_scale = 1.f;
   for (const Case& c : cases) {

@@ -97,10 +97,11 @@ TEST(CpuOps, MatmulMatchesADoubleReferenceForEveryWeightType) {
 
 TEST(CpuOps, ProductsInOneLoopGiveTheBitsOfEachAloneOnAnyThreads) {
   // Three matrices of one x (q, k and v's shape, with and without a bias).
-  // At 7 rows of x the loop over their 256 rows is split into ranges of 49,
-  // one of which straddles the first two matrices.
+  // The loop over their 500 rows is split into ranges of at least 342 rows
+  // at one row of x (the first straddles the first two matrices) and of 49
+  // at 7 rows (several straddle).
   const int64_t cols = 96;
-  const int64_t rows[] = {160, 48, 48};
+  const int64_t rows[] = {300, 100, 100};
   const int before = parallel_threads();
   for (const int64_t m : {int64_t{1}, int64_t{7}}) {
     const auto x = random_floats(static_cast<size_t>(m * cols), 11);

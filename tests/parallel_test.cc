@@ -56,11 +56,25 @@ TEST(ParallelFor, NestedAndConcurrentLoopsRunOnTheirCaller) {
   set_parallel_threads(before);
 }
 
+TEST(ParallelFor, ALoopOnOneThreadRunsTheLoopsItCallsOnItsCaller) {
+  const int before = parallel_threads();
+  set_parallel_threads(1);
+  int64_t total = 0;  // one thread: no atomics needed
+  parallel_for(4, 1, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) parallel_for(5, 1, [&](int64_t a, int64_t b) { total += b - a; });
+  });
+  EXPECT_EQ(total, 4 * 5);
+  set_parallel_threads(before);
+}
+
 TEST(ParallelFor, BackToBackLoopsAndLoopsAfterTheWorkersSleepEachFinishBeforeReturning) {
   const int before = parallel_threads();
   set_parallel_threads(3);
   // Each loop writes into storage that dies when it returns: a worker still
-  // on a loop's job after that would be caught here (or by ASan, TSan).
+  // on a loop's job after that is caught here, or by ASan (stack use after
+  // scope). A worker that read the job before counting itself busy would
+  // reuse the next loop's job in the same stack slot: that needs TSan (the
+  // tsan preset) to see.
   const auto loop_once = [](int tag) {
     std::vector<int> written(16, -1);
     parallel_for(16, 1, [&](int64_t first, int64_t last) {

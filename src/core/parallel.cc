@@ -1,5 +1,7 @@
 #include "core/parallel.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -65,9 +67,11 @@ struct Job {
 // least one sees the other: a worker either finds the job withdrawn or is
 // waited for, and no worker touches a job after its loop has returned.
 // Workers that watched in vain for kSpin sleep on `wake_`, and the caller
-// that outwaits kSpin sleeps on `idle_`; each side wakes the other only when
+// that outwaits kSpin sleeps on `idle_`. Each side wakes the other only when
 // it has said it sleeps (`sleepers_`, `caller_waits_`), in the same
-// write-then-read order, under `mutex_` so that no wake-up is lost.
+// write-then-read order. The sleeper says so and checks its condition under
+// `mutex_`, and the waker takes `mutex_` before it notifies, so that no
+// wake-up falls between the check and the sleep.
 class Pool {
  public:
   static Pool& get() {
@@ -87,11 +91,20 @@ class Pool {
 
   void run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     grain = std::max<int64_t>(grain, 1);
-    std::unique_lock call(call_, std::defer_lock);
-    if (n <= grain || in_loop || !call.try_lock() || threads_ == 1) {
-      if (n > 0) fn(0, n);
-      return;
-    }
+    // On the caller alone: a small loop, one thread, a loop inside a loop,
+    // or a loop while another holds the pool. It counts as inside a loop
+    // too, so that what it calls in turn runs on its caller (and may not
+    // change the thread count); the pool is never held while it runs.
+    const auto alone = [&] {
+      if (n <= 0) return;
+      const bool outer = in_loop;
+      in_loop = true;
+      fn(0, n);
+      in_loop = outer;
+    };
+    if (n <= grain || in_loop || threads_ == 1) return alone();
+    std::unique_lock call(call_, std::try_to_lock);
+    if (!call.owns_lock()) return alone();
     if (workers_.empty()) start();
     Job job;
     job.fn = &fn;
@@ -120,14 +133,24 @@ class Pool {
   }
 
  private:
-  Pool() {
+  // The cores this process may run on (its affinity mask: a container or
+  // `taskset` may allow fewer than the machine has), else the machine's.
+  static int usable_cores() {
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
     const unsigned hardware = std::thread::hardware_concurrency();
-    threads_ = hardware == 0 ? 1 : static_cast<int>(hardware);
+    return hardware == 0 ? 1 : static_cast<int>(hardware);
   }
+  Pool() { threads_ = usable_cores(); }
 
   void start() {
     stopping_ = false;
-    for (int i = 1; i < threads_.load(); ++i) workers_.emplace_back([this] { work(); });
+    // The generation before any of them runs: a loop published while one
+    // is still starting is not missed.
+    const uint64_t seen = generation_.load();
+    for (int i = 1; i < threads_.load(); ++i) workers_.emplace_back([this, seen] { work(seen); });
   }
   void stop() {
     {
@@ -140,8 +163,7 @@ class Pool {
     workers_.clear();
   }
 
-  void work() {
-    uint64_t seen = generation_.load();
+  void work(uint64_t seen) {
     while (true) {
       // Loops come in bursts (a forward pass runs dozens): watch for the
       // next one for a while before sleeping, which costs a wake-up per loop.

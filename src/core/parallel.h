@@ -15,8 +15,9 @@
 namespace hiq {
 
 // Threads a parallel_for uses, the caller's included (≥ 1). The default is
-// std::thread::hardware_concurrency(). Waits for a loop in progress; not to be
-// called from inside one.
+// the cores the process may run on (its CPU affinity), else
+// std::thread::hardware_concurrency(). Waits for a loop in progress; not to
+// be called from inside one, even one that runs on its caller alone.
 void set_parallel_threads(int threads);
 int parallel_threads();
 

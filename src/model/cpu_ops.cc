@@ -46,6 +46,7 @@ void matmul(const float* x, int64_t m, const MatrixView& w, const VectorView& bi
 
 void matmuls(const float* x, int64_t m, std::span<const Product> products) {
   HIQ_CHECK(m >= 0 && !products.empty());
+  if (m == 0) return;
   const int64_t cols = products.front().w.cols;
   // Each product's bias widened once (the kernels add it in float), and
   // where its rows start in the loop's index space.
@@ -61,7 +62,6 @@ void matmuls(const float* x, int64_t m, std::span<const Product> products) {
     }
     first_row[i + 1] = first_row[i] + p.w.rows;
   }
-  if (m == 0) return;
   // Output features split across threads; each is computed the same way
   // whichever thread runs it (cpu_kernels.h), so the result does not depend
   // on the split.
@@ -242,8 +242,10 @@ void attention(std::span<const AttentionSequence> sequences, int heads, int kv_h
   if (rows >= 2 * int64_t{parallel_threads()} || most_blocks == 1) {
     // Rows split across threads, each row's blocks run in order by one. The
     // ranges go out last row first: a causal row sees more keys the later its
-    // token, so the longest work is taken first and the last ranges to be
-    // taken are short, leaving no thread alone with a long one at the end.
+    // token, so within a sequence the longest work is taken first and the
+    // last ranges to be taken are short, leaving no thread alone with a long
+    // one at the end. (Across a batch, the last sequence's rows go first,
+    // whatever its length.)
     parallel_for(rows, kParallelWork / (most_blocks * block_work) + 1, [&](int64_t first, int64_t last) {
       std::vector<float> scores(static_cast<size_t>(kAttentionKeyBlock)), o(static_cast<size_t>(head_dim));
       for (int64_t i = first; i < last; ++i) {

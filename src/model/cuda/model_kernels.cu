@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cfloat>
+#include <cstdint>
 
 #include "cuda/check.cuh"
 #include "model/cuda/dependent_launch.cuh"
@@ -130,8 +131,9 @@ __global__ void add_bias_kernel(bf16* x, const bf16* bias, int64_t n, int width)
 // token; heads are numbered q, then k, then v. A head's RoPE pairs
 // (j, j + d/2), j < d/2, are cut into `slots` of kVec consecutive j; a
 // head takes `lanes` lanes of a warp (slots rounded up to a power of two,
-// at most 32), so a warp finishes 32 / lanes heads side by side, and lane
-// l of a head holds slots l, l + lanes, … With kVec = 8 (d a multiple of 16)
+// at most 32; the lanes past the slots hold none), so a warp finishes
+// 32 / lanes heads side by side, and lane l of a head holds slots l,
+// l + lanes, … With kVec = 8 (d a multiple of 16)
 // each slot is two 16-byte accesses; at Qwen3's d = 128 a warp takes 4
 // heads, and a head's 256 bytes are read in one go instead of as 64-byte
 // pieces by a whole warp, which left the kernel at a third of the memory
@@ -152,8 +154,7 @@ template <int kVec>
 QkvLanes qkv_lanes(int head_dim) {
   const int slots = head_dim / 2 / kVec;
   int lanes = 1;
-  while (lanes < slots && lanes < 32) lanes *= 2;
-  if (lanes != slots) lanes = 32;  // not a power of two: a warp per head
+  while (lanes < slots && lanes < 32) lanes *= 2;  // lanes past the slots hold none
   return {slots, lanes, 32 / lanes};
 }
 
@@ -277,13 +278,13 @@ __global__ void __launch_bounds__(kQkvWarps * 32) qkv_finish_kernel(QkvArgs a, Q
   }
 }
 
-// Eight outputs per thread when the width is a multiple of 8, else one:
+// Eight outputs per thread when the width is a multiple of 8 and the rows
+// 16-byte aligned, else one:
 // blockIdx.x picks the columns, blockIdx.y the first row, and the block steps
 // down the rows gridDim.y at a time (no index division per element).
 constexpr int kSiluThreads = 256;
-__global__ void silu_mul_kernel(const bf16* gate_up, int rows, int width, bf16* out) {
+__global__ void silu_mul_kernel(const bf16* gate_up, int rows, int width, bf16* out, int vector) {
   allow_dependents();  // the down projection may start on its weights
-  const int vector = width % 8 == 0 ? 8 : 1;
   const int c = blockIdx.x * kSiluThreads + threadIdx.x;
   if (c >= width / vector) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -326,6 +327,9 @@ __global__ void argmax_kernel(const float* logits, int vocab, int32_t* out) {
   }
 }
 
+// Whether 16-byte accesses may start at p (null: nothing is accessed).
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 unsigned elementwise_blocks(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096)); }
 
 }  // namespace
@@ -355,9 +359,8 @@ Status launch_qkv_finish(const QkvArgs& a, cudaStream_t stream) {
   if (a.tokens == 0) return Status::ok();
   if (a.head_dim % 2 != 0 || a.head_dim > 2 * kMaxPairs)
     return invalid_argument("qkv_finish: head_dim must be even and at most 256");
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vector = a.head_dim % 16 == 0 && aligned(a.qkv) && aligned(a.bias) && aligned(a.q_norm) &&
-                      aligned(a.k_norm) && aligned(a.k_plane) && aligned(a.v_plane);
+  const bool vector = a.head_dim % 16 == 0 && aligned16(a.qkv) && aligned16(a.bias) && aligned16(a.q_norm) &&
+                      aligned16(a.k_norm) && aligned16(a.k_plane) && aligned16(a.v_plane);
   const QkvLanes layout = vector ? qkv_lanes<8>(a.head_dim) : qkv_lanes<1>(a.head_dim);
   const int heads = a.heads + 2 * a.kv_heads, heads_per_block = kQkvWarps * layout.heads;
   const dim3 grid(static_cast<unsigned>(a.tokens), static_cast<unsigned>((heads + heads_per_block - 1) / heads_per_block));
@@ -369,11 +372,12 @@ Status launch_qkv_finish(const QkvArgs& a, cudaStream_t stream) {
 
 Status launch_silu_mul(const bf16* gate_up, int rows, int width, bf16* out, cudaStream_t stream) {
   if (rows == 0 || width == 0) return Status::ok();
-  const int columns = width % 8 == 0 ? width / 8 : width;
+  const int vector = width % 8 == 0 && aligned16(gate_up) && aligned16(out) ? 8 : 1;
+  const int columns = width / vector;
   // Enough blocks for every multiprocessor many times over, each taking several rows.
   const dim3 grid(static_cast<unsigned>((columns + kSiluThreads - 1) / kSiluThreads),
                   static_cast<unsigned>(std::min(rows, 4096)));
-  silu_mul_kernel<<<grid, kSiluThreads, 0, stream>>>(gate_up, rows, width, out);
+  silu_mul_kernel<<<grid, kSiluThreads, 0, stream>>>(gate_up, rows, width, out, vector);
   return cuda_status(cudaGetLastError(), "silu_mul_kernel");
 }
 

@@ -17,7 +17,9 @@ constexpr int kColumns = 16;  // output columns (weight rows) per block: the mma
 constexpr int kChunk = 32;    // k per warp step: two mma k-steps
 // Chunks a warp has in flight: fewer when more rows of x take registers.
 // At one 8-row tile (every decode step of ≤ 8 rows) six take 124 registers,
-// so two blocks still fit a multiprocessor; on the H100 six (with the L2
+// so two blocks still fit a multiprocessor (a change that takes more than
+// 128 halves that: check `-Xptxas -v`; bounding the launch to two blocks
+// instead changes the code ptxas makes, so it needs its own measurement); on the H100 six (with the L2
 // prefetch below) streamed 0.96–0.99× the time of four, eight (one block a
 // multiprocessor) 1.02–1.03× (docs/benchmarks.md).
 template <int kTiles>

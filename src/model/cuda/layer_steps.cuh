@@ -14,6 +14,8 @@
 
 #include <cuda_bf16.h>
 
+#include <cstdint>
+
 namespace hiq::cuda {
 
 inline constexpr int kRmsThreads = 256;
@@ -22,6 +24,10 @@ inline constexpr int kRmsThreads = 256;
 struct alignas(16) Bf16x8 {
   __nv_bfloat162 v[4];
 };
+
+// Whether 16-byte accesses (Bf16x8) may start at p; a null pointer, which
+// nothing reads, counts as aligned.
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 __device__ __forceinline__ float round_to_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 

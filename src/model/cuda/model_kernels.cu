@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cfloat>
-#include <cstdint>
 
 #include "cuda/check.cuh"
 #include "model/cuda/dependent_launch.cuh"
@@ -146,7 +145,6 @@ constexpr int kMaxPairs = 128;  // head_dim ≤ 256
 static_assert(kQkvWarps * 32 >= kMaxPairs, "a thread per rotation pair");
 
 struct QkvLanes {
-  int slots;  // kVec-pair slots of a head: d / 2 / kVec
   int lanes;  // lanes per head
   int heads;  // heads a warp takes side by side
 };
@@ -155,7 +153,7 @@ QkvLanes qkv_lanes(int head_dim) {
   const int slots = head_dim / 2 / kVec;
   int lanes = 1;
   while (lanes < slots && lanes < 32) lanes *= 2;  // lanes past the slots hold none
-  return {slots, lanes, 32 / lanes};
+  return {lanes, 32 / lanes};
 }
 
 // kVec consecutive BF16 values to or from floats: one 16-byte access for 8.
@@ -326,9 +324,6 @@ __global__ void argmax_kernel(const float* logits, int vocab, int32_t* out) {
     out[blockIdx.x] = index == INT32_MAX ? 0 : index;  // an all-NaN row: token 0
   }
 }
-
-// Whether 16-byte accesses may start at p (null: nothing is accessed).
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 unsigned elementwise_blocks(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096)); }
 

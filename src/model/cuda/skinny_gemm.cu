@@ -17,11 +17,12 @@ constexpr int kColumns = 16;  // output columns (weight rows) per block: the mma
 constexpr int kChunk = 32;    // k per warp step: two mma k-steps
 // Chunks a warp has in flight: fewer when more rows of x take registers.
 // At one 8-row tile (every decode step of ≤ 8 rows) six take 124 registers,
-// so two blocks still fit a multiprocessor (a change that takes more than
-// 128 halves that: check `-Xptxas -v`; bounding the launch to two blocks
-// instead changes the code ptxas makes, so it needs its own measurement); on the H100 six (with the L2
-// prefetch below) streamed 0.96–0.99× the time of four, eight (one block a
-// multiprocessor) 1.02–1.03× (docs/benchmarks.md).
+// so two blocks still fit a multiprocessor. A change that takes more than
+// 128 halves that: check `-Xptxas -v` (bounding the launch to two blocks
+// instead changes the code ptxas makes, so it needs its own measurement).
+// On the H100 six (with the L2 prefetch below) streamed 0.96–0.99× the time
+// of four, and eight (one block a multiprocessor) 1.02–1.03×
+// (docs/benchmarks.md).
 template <int kTiles>
 constexpr int kUnroll = kTiles == 1 ? 6 : kTiles <= 2 ? 4 : 2;
 constexpr int kSmemRowPad = 32;  // elements after each row of x in shared memory (64 bytes)
@@ -234,8 +235,6 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the next tile overwrites `partial`
   }
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

@@ -16,19 +16,23 @@ namespace {
 
 TEST(ParallelFor, EveryIndexOnceForAnyThreadCountAndGrain) {
   const int before = parallel_threads();
-  for (int threads : {1, 2, 4, 7}) {
+  // 70 threads: more than a short loop has ranges (64).
+  for (int threads : {1, 2, 4, 7, 70}) {
     set_parallel_threads(threads);
     EXPECT_EQ(parallel_threads(), threads);
-    for (int64_t n : {0, 1, 5, 64, 1001}) {
+    // Short loops (a range a thread) and long ones (chunks in turn).
+    for (int64_t n : {0, 1, 5, 64, 1001, 100000}) {
       for (int64_t grain : {1, 3, 100, 5000}) {
         std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
-        std::atomic<int> calls{0};
+        std::atomic<int> calls{0}, short_calls{0};
         parallel_for(n, grain, [&](int64_t first, int64_t last) {
           ++calls;
           EXPECT_LT(first, last);
+          if (last - first < grain) ++short_calls;
           for (int64_t i = first; i < last; ++i) ++seen[static_cast<size_t>(i)];
         });
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)].load(), 1) << i;
+        EXPECT_LE(short_calls.load(), 1) << "ranges shorter than the grain, n " << n << ", grain " << grain;
         if (n <= grain) {
           EXPECT_EQ(calls.load(), n > 0 ? 1 : 0);
         }

@@ -24,6 +24,12 @@ thread_local bool in_loop = false;  // this thread is running a parallel_for's r
 // step's smaller loops take to run. Then it yields, so that a thread
 // waiting longer leaves its core to others.
 constexpr std::chrono::microseconds kSpin{200}, kPauseOnly{20};
+
+// A loop of fewer grains than this a thread is short (Job): its grain is
+// about the work that pays for a hand-off (a few microseconds), so a short
+// loop is over in tens of microseconds, too soon for a slowed-down thread
+// to matter much, and its ranges stay on their threads.
+constexpr int64_t kShortLoopGrains = 16;
 template <typename Done>
 void spin_until(Done done) {
   const auto start = std::chrono::steady_clock::now();
@@ -44,15 +50,38 @@ void spin_until(Done done) {
   }
 }
 
+// A loop's indices, handed out in one of two ways:
+//   - A short loop (a decode step's): one range a thread, thread i taking
+//     range i first, then any range no one has taken. A thread thus computes
+//     the same rows loop after loop and finds the weights it read last time
+//     in its own cache, where ranges handed out in turn landed on either
+//     core; the ranges are claimed in one word, a cache line the threads
+//     pass between them once or twice a loop.
+//   - A long loop: a few chunks a thread, taken in turn from one counter, so
+//     that a thread that is slowed down (a busy core) leaves its share to
+//     the others.
 struct Job {
-  const std::function<void(int64_t, int64_t)>* fn = nullptr;
-  int64_t n = 0, chunk = 1;
-  std::atomic<int64_t> next{0};
+  static constexpr int kMaxRanges = 64;  // bits of `claimed`
 
-  void run() {
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  int64_t n = 0;
+  int64_t size = 1;                        // indices a range or a chunk (the last may have fewer)
+  int ranges = 0;                          // short loop: its ranges; 0: a long loop
+  std::atomic<uint64_t> claimed{0};        // short loop: bit r, range r taken
+  std::atomic<int64_t> next{0};            // long loop: the next chunk's first index
+
+  void run(int thread) {
     in_loop = true;
-    for (int64_t begin = next.fetch_add(chunk); begin < n; begin = next.fetch_add(chunk))
-      (*fn)(begin, std::min(begin + chunk, n));
+    if (ranges > 0) {
+      for (int k = 0; k < ranges; ++k) {
+        const int r = (thread + k) % ranges;
+        const uint64_t bit = uint64_t{1} << r;
+        if ((claimed.fetch_or(bit) & bit) == 0) (*fn)(r * size, std::min(n, (r + 1) * size));
+      }
+    } else {
+      for (int64_t begin = next.fetch_add(size); begin < n; begin = next.fetch_add(size))
+        (*fn)(begin, std::min(begin + size, n));
+    }
     in_loop = false;
   }
 };
@@ -109,17 +138,18 @@ class Pool {
     Job job;
     job.fn = &fn;
     job.n = n;
-    // A few ranges a thread, taken in turn: a thread that is slowed down (a
-    // busy core) leaves its share to the others.
-    const int64_t ranges = int64_t{threads_.load()} * 4;
-    job.chunk = std::max(grain, (n + ranges - 1) / ranges);
+    const int64_t threads = threads_.load();
+    const bool short_loop = n / grain < kShortLoopGrains * threads;
+    const int64_t parts = short_loop ? std::min<int64_t>(threads, Job::kMaxRanges) : threads * 4;
+    job.size = std::max(grain, (n + parts - 1) / parts);
+    if (short_loop) job.ranges = static_cast<int>((n + job.size - 1) / job.size);
     job_.store(&job);
     generation_.fetch_add(1);
     if (sleepers_.load() > 0) {
       std::lock_guard lock(mutex_);
       wake_.notify_all();
     }
-    job.run();
+    job.run(0);
     job_.store(nullptr);
     // The workers still on a range finish within microseconds, sooner than a
     // sleeping thread is woken: watch for them for a while, then sleep.
@@ -150,7 +180,7 @@ class Pool {
     // The generation before any of them runs: a loop published while one
     // is still starting is not missed.
     const uint64_t seen = generation_.load();
-    for (int i = 1; i < threads_.load(); ++i) workers_.emplace_back([this, seen] { work(seen); });
+    for (int i = 1; i < threads_.load(); ++i) workers_.emplace_back([this, seen, i] { work(seen, i); });
   }
   void stop() {
     {
@@ -163,7 +193,7 @@ class Pool {
     workers_.clear();
   }
 
-  void work(uint64_t seen) {
+  void work(uint64_t seen, int thread) {
     while (true) {
       // Loops come in bursts (a forward pass runs dozens): watch for the
       // next one for a while before sleeping, which costs a wake-up per loop.
@@ -177,7 +207,7 @@ class Pool {
       if (stopping_.load()) return;
       seen = generation_.load();
       busy_.fetch_add(1);
-      if (Job* job = job_.load()) job->run();
+      if (Job* job = job_.load()) job->run(thread);
       if (busy_.fetch_sub(1) == 1 && caller_waits_.load()) {
         std::lock_guard lock(mutex_);
         idle_.notify_all();

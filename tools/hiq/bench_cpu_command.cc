@@ -5,7 +5,10 @@
 // the logits it gets alone). A fourth row is the machine's own ceiling:
 // multiply-adds in registers, no memory traffic, split by the same pool. A
 // VM's vCPUs may share a core or be taken by neighbours, so the passes'
-// speedups are also given as a share of that row's.
+// speedups are also given as a share of that row's. A fifth reads as many
+// bytes as the model's matrices (what a decode step streams; at most 1 GiB)
+// through the same pool: how far the machine's memory lets N cores outrun
+// one.
 #include <algorithm>
 #include <functional>
 #include <iostream>
@@ -64,6 +67,37 @@ std::vector<float> multiply_adds(int64_t chunks) {
     }
   });
   return sums;
+}
+
+// The memory row's job: one pass over `words`, in `chunks` pieces, one per
+// pool index, each piece's words summed; each sum depends on its index alone.
+std::vector<float> read_words(const std::vector<uint64_t>& words, int64_t chunks) {
+  std::vector<float> sums(static_cast<size_t>(chunks));
+  parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      const size_t first = words.size() * static_cast<size_t>(c) / static_cast<size_t>(chunks),
+                   last = words.size() * static_cast<size_t>(c + 1) / static_cast<size_t>(chunks);
+      uint64_t acc[4] = {};
+      size_t i = first;
+      for (; i + 4 <= last; i += 4)
+        for (size_t j = 0; j < 4; ++j) acc[j] += words[i + j];
+      for (; i < last; ++i) acc[0] += words[i];
+      sums[static_cast<size_t>(c)] = static_cast<float>((acc[0] + acc[1] + acc[2] + acc[3]) % 1000003);
+    }
+  });
+  return sums;
+}
+
+// The bytes of the model's matrices: what a decode step reads once.
+size_t matrix_bytes(const CpuModelWeights& w) {
+  const auto bytes = [](const cpu::MatrixView& v) {
+    return static_cast<size_t>(v.rows) * static_cast<size_t>(v.cols) * (v.type == cpu::WeightType::kF32 ? 4u : 2u);
+  };
+  size_t total = bytes(w.lm_head);
+  for (const LayerWeights& l : w.layers)
+    for (const cpu::MatrixView* v : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+      total += bytes(*v);
+  return total;
 }
 
 double median_of(std::vector<double> v) {
@@ -133,6 +167,14 @@ int run_cpu_bench(const CpuBenchFlags& f) {
   const auto machine_job = [chunks = int64_t{8} * threads] {
     return Result<std::vector<float>>(multiply_adds(chunks));
   };
+  // As many bytes as the model's matrices, written once here so that they are
+  // resident; at most 1 GiB (a larger model's step reads from memory anyway).
+  constexpr size_t kMostMemoryRowBytes = size_t{1} << 30;
+  const std::vector<uint64_t> words(std::min(matrix_bytes(m.weights()), kMostMemoryRowBytes) / sizeof(uint64_t) + 1,
+                                    uint64_t{0x9E3779B97F4A7C15});
+  const auto memory_job = [&words, chunks = int64_t{8} * threads] {
+    return Result<std::vector<float>>(read_words(words, chunks));
+  };
   struct Row {
     std::string what;
     size_t tokens;
@@ -149,9 +191,11 @@ int run_cpu_bench(const CpuBenchFlags& f) {
   std::vector<Row> rows = {{"prefill", prefill, run(prefill, 0), {}, {}},
                            {"decode step", 1, run(context + 1, context), {}, {}},
                            {"decode batch of " + std::to_string(batch), batch, run_batch, {}, {}},
-                           {"machine: multiply-adds", 0, machine_job, {}, {}}};
+                           {"machine: multiply-adds", 0, machine_job, {}, {}},
+                           {"machine: reading the matrices", 0, memory_job, {}, {}}};
   const Row& decode_batch = rows[2];
   const Row& machine = rows[3];
+  const Row& memory = rows[4];
   const int before = parallel_threads();
   for (Row& row : rows) {
     // One thread, then `threads` (also 1 with --threads 1: the same pass twice), in turns.
@@ -177,7 +221,8 @@ int run_cpu_bench(const CpuBenchFlags& f) {
     nlohmann::json out = {{"model", f.model},
                           {"threads", threads},
                           {"batch_same_as_alone", batch_is_alone},
-                          {"machine_speedup", machine.speedup()}};
+                          {"machine_speedup", machine.speedup()},
+                          {"memory_speedup", memory.speedup()}};
     for (const Row& r : rows)
       out["rows"].push_back({{"what", r.what},
                              {"tokens", r.tokens},

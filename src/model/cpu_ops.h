@@ -20,6 +20,9 @@ namespace hiq::cpu {
 
 enum class WeightType : uint8_t { kBf16, kF16, kF32 };
 
+// Bytes of one element of a weight of this type.
+constexpr size_t weight_element_bytes(WeightType type) { return type == WeightType::kF32 ? 4 : 2; }
+
 struct MatrixView {
   WeightType type = WeightType::kBf16;
   const void* data = nullptr;  // [rows][cols]

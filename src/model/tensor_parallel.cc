@@ -9,12 +9,10 @@
 namespace hiq {
 namespace {
 
-size_t element_bytes(cpu::WeightType type) { return type == cpu::WeightType::kF32 ? 4 : 2; }
-
 // Rows [begin, begin + count) of `m`: a view.
 cpu::MatrixView row_range(const cpu::MatrixView& m, int64_t begin, int64_t count) {
   cpu::MatrixView v = m;
-  v.data = static_cast<const std::byte*>(m.data) + begin * m.cols * static_cast<int64_t>(element_bytes(m.type));
+  v.data = static_cast<const std::byte*>(m.data) + begin * m.cols * static_cast<int64_t>(cpu::weight_element_bytes(m.type));
   v.rows = count;
   return v;
 }
@@ -23,14 +21,14 @@ cpu::MatrixView row_range(const cpu::MatrixView& m, int64_t begin, int64_t count
 cpu::VectorView element_range(const cpu::VectorView& v, int64_t begin, int64_t count) {
   if (v.data == nullptr) return v;
   cpu::VectorView r = v;
-  r.data = static_cast<const std::byte*>(v.data) + begin * static_cast<int64_t>(element_bytes(v.type));
+  r.data = static_cast<const std::byte*>(v.data) + begin * static_cast<int64_t>(cpu::weight_element_bytes(v.type));
   r.size = count;
   return r;
 }
 
 // Columns [begin, begin + count) of `m`, copied into `storage` (a row-parallel shard).
 cpu::MatrixView column_range(const cpu::MatrixView& m, int64_t begin, int64_t count, std::vector<std::byte>& storage) {
-  const size_t element = element_bytes(m.type);
+  const size_t element = cpu::weight_element_bytes(m.type);
   storage.resize(static_cast<size_t>(m.rows * count) * element);
   for (int64_t r = 0; r < m.rows; ++r)
     std::memcpy(storage.data() + static_cast<size_t>(r * count) * element,

@@ -91,7 +91,7 @@ std::vector<float> read_words(const std::vector<uint64_t>& words, int64_t chunks
 // The bytes of the model's matrices: what a decode step reads once.
 size_t matrix_bytes(const CpuModelWeights& w) {
   const auto bytes = [](const cpu::MatrixView& v) {
-    return static_cast<size_t>(v.rows) * static_cast<size_t>(v.cols) * (v.type == cpu::WeightType::kF32 ? 4u : 2u);
+    return static_cast<size_t>(v.rows) * static_cast<size_t>(v.cols) * cpu::weight_element_bytes(v.type);
   };
   size_t total = bytes(w.lm_head);
   for (const LayerWeights& l : w.layers)

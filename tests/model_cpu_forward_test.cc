@@ -387,6 +387,115 @@ TEST(CpuForward, ThePrefixIsReadFromL1) {
   EXPECT_NE(*changed, *first);
 }
 
+// A pass of a few rows (decode steps, a short continuation) runs its layers
+// on a team of threads, a longer one hands out its loops; one thread runs
+// neither. Decode batches of 1 to 9 sequences over contexts of one and of
+// several attention key blocks, on models with and without QK-norm, with
+// biases on every projection and head counts that split unevenly: each
+// gives the bits of one thread and leaves the same K and V in L1.
+TEST(CpuForward, ATeamPassGivesTheBitsOfOneThread) {
+  TinyModel::Spec odd;
+  odd.num_heads = 6, odd.num_kv_heads = 3, odd.head_dim = 24, odd.hidden_size = 40, odd.intermediate_size = 72;
+  odd.qk_norm = false;
+  for (const TinyModel::Spec& spec : {TinyModel::Spec{}, odd}) {
+    TinyModel m(spec);
+    if (!spec.qk_norm)
+      for (LayerWeights& l : m.weights.layers) {
+        const auto bias = [&](int64_t n) { return VectorView{cpu::WeightType::kF32, m.tensor(static_cast<size_t>(n), 0.5f), n}; };
+        l.q_bias = bias(l.q_proj.rows), l.k_bias = bias(l.k_proj.rows), l.v_bias = bias(l.v_proj.rows);
+        l.o_bias = bias(l.o_proj.rows);
+      }
+    constexpr size_t kContext = 300, kSequences = 9;  // 300: two key blocks
+    const size_t kSlots = kSequences * (kContext + 2);
+    std::mt19937 rng(7);
+    std::vector<std::vector<int32_t>> tokens(kSequences);
+    std::vector<std::vector<SlotId>> slots(kSequences);
+    for (size_t b = 0; b < kSequences; ++b)
+      for (size_t i = 0; i < kContext + 2; ++i) {
+        tokens[b].push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(m.shape.vocab_size)));
+        slots[b].push_back(static_cast<SlotId>(i * kSequences + b));  // interleaved
+      }
+    const int before = parallel_threads();
+    const auto run = [&](int threads, size_t batch, size_t context, std::vector<uint16_t>& kv) {
+      set_parallel_threads(1);
+      auto l1 = m.pool(kSlots);
+      for (size_t b = 0; b < batch; ++b)
+        EXPECT_TRUE(cpu_forward(m.shape, m.weights, *l1, std::span(tokens[b]).first(context),
+                                std::span(slots[b]).first(context), 0)
+                        .is_ok());
+      set_parallel_threads(threads);
+      // Two steps: one token each, then (one step later) a continuation of two.
+      std::vector<std::vector<float>> logits;
+      for (size_t step = 0; step < 2; ++step) {
+        std::vector<CpuSequence> seqs;
+        for (size_t b = 0; b < batch; ++b) {
+          const size_t n = context + 1 + step;
+          seqs.push_back(CpuSequence{std::span(tokens[b]).first(n), std::span(slots[b]).first(n),
+                                     step == 0 ? context : context + 1, step == 1, nullptr});
+        }
+        auto out = cpu_forward_batch(m.shape, m.weights, *l1, seqs);
+        EXPECT_TRUE(out.is_ok()) << out.status().to_string();
+        if (out) logits.insert(logits.end(), out->begin(), out->end());
+      }
+      std::vector<SlotId> every(kSlots);
+      for (size_t i = 0; i < kSlots; ++i) every[i] = static_cast<SlotId>(i);
+      const size_t row = static_cast<size_t>(m.shape.num_kv_heads * m.shape.head_dim);
+      kv.assign(kSlots * row * 2 * static_cast<size_t>(m.shape.num_layers), 0);
+      for (int layer = 0; layer < m.shape.num_layers; ++layer)
+        for (int part = 0; part < 2; ++part)
+          EXPECT_TRUE(l1->read_rows(layer, static_cast<KvPart>(part), every,
+                                    kv.data() + (static_cast<size_t>(layer) * 2 + static_cast<size_t>(part)) * kSlots * row)
+                          .is_ok());
+      return logits;
+    };
+    for (size_t batch : {size_t{1}, size_t{4}, kSequences})
+      for (size_t context : {size_t{1}, kContext}) {
+        std::vector<uint16_t> kv_one, kv;
+        const auto one = run(1, batch, context, kv_one);
+        for (int threads : {2, 3, 5}) {
+          SCOPED_TRACE("batch " + std::to_string(batch) + ", context " + std::to_string(context) + ", " +
+                       std::to_string(threads) + " threads, " + std::to_string(spec.num_heads) + " heads");
+          EXPECT_TRUE(run(threads, batch, context, kv) == one);
+          EXPECT_TRUE(kv == kv_one);
+        }
+      }
+    set_parallel_threads(before);
+  }
+}
+
+// A step's layers wait for their restores (before_attention) in layer
+// order, each once, whatever runs them; a wait that fails stops the pass
+// with its error, on a team as on one thread.
+TEST(CpuForward, RestoreWaitsComeInLayerOrderAndTheirErrorStopsThePass) {
+  TinyModel m;
+  const auto tokens = prompt(6);
+  const auto slots = slots_of(6);
+  const int before = parallel_threads();
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    set_parallel_threads(threads);
+    auto l1 = m.pool();
+    ASSERT_TRUE(cpu_forward(m.shape, m.weights, *l1, std::span(tokens).first(5), std::span(slots).first(5), 0).is_ok());
+    std::vector<int> layers;
+    auto out = cpu_forward(m.shape, m.weights, *l1, tokens, slots, 5, false, [&](int layer) {
+      layers.push_back(layer);
+      return Status::ok();
+    });
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    EXPECT_EQ(layers, (std::vector<int>{0, 1, 2}));
+    layers.clear();
+    out = cpu_forward(m.shape, m.weights, *l1, tokens, slots, 5, false, [&](int layer) {
+      layers.push_back(layer);
+      return layer == 1 ? unavailable("restore of layer 1 failed") : Status::ok();
+    });
+    ASSERT_FALSE(out.is_ok());
+    EXPECT_EQ(out.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(out.status().message().find("layer 1"), std::string::npos);
+    EXPECT_EQ(layers, (std::vector<int>{0, 1}));
+  }
+  set_parallel_threads(before);
+}
+
 TEST(CpuForward, BadInputsAreClearErrors) {
   TinyModel m;
   auto l1 = m.pool();

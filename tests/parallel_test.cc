@@ -2,10 +2,15 @@
 // a loop nested in another, or started while another runs, runs on its
 // caller; the thread count can change between loops; a loop is over for
 // every thread when it returns, whether the workers were watching or asleep.
+// A team runs one rank on each thread, its barrier orders what ranks write,
+// and its chunks cover every index once, a slowed rank's taken over.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -91,6 +96,115 @@ TEST(ParallelFor, BackToBackLoopsAndLoopsAfterTheWorkersSleepEachFinishBeforeRet
     std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past their watch: asleep
     loop_once(tag);
   }
+  set_parallel_threads(before);
+}
+
+TEST(ParallelTeam, EachRankOnItsOwnThreadAndBarriersOrderWhatTheyWrite) {
+  const int before = parallel_threads();
+  for (int threads : {1, 2, 3, 7}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    set_parallel_threads(threads);
+    std::mutex mutex;
+    std::set<std::thread::id> ids;
+    std::vector<int> ranks_seen;
+    // Round r: each rank writes its slot, then after the barrier reads
+    // every rank's (plain ints: only the barrier orders them, which TSan checks).
+    constexpr int kRounds = 200;
+    std::vector<int> slots(static_cast<size_t>(threads), -1);
+    std::atomic<int> wrong{0};
+    parallel_team([&](Team& team) {
+      {
+        std::lock_guard lock(mutex);
+        ids.insert(std::this_thread::get_id());
+        ranks_seen.push_back(team.rank());
+        EXPECT_EQ(team.size(), threads);
+      }
+      for (int round = 0; round < kRounds; ++round) {
+        slots[static_cast<size_t>(team.rank())] = round;
+        team.barrier();
+        for (int v : slots)
+          if (v != round) ++wrong;
+        team.barrier();  // before anyone writes the next round
+      }
+    });
+    EXPECT_EQ(wrong.load(), 0);
+    EXPECT_EQ(ids.size(), static_cast<size_t>(threads));
+    std::sort(ranks_seen.begin(), ranks_seen.end());
+    for (int r = 0; r < threads; ++r) EXPECT_EQ(ranks_seen[static_cast<size_t>(r)], r);
+  }
+  set_parallel_threads(before);
+}
+
+TEST(ParallelTeam, ChunksCoverEveryIndexOnceAndASlowRanksAreTakenOver) {
+  const int before = parallel_threads();
+  for (int threads : {1, 2, 3, 8}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    set_parallel_threads(threads);
+    for (int64_t n : {0, 1, 5, 16, 100, 1000}) {
+      for (int64_t unit : {1, 16}) {
+        std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+        std::atomic<int> misaligned{0};
+        parallel_team([&](Team& team) {
+          // Several calls in a row: each one's cursors were reset by the one before.
+          for (int call = 0; call < 5; ++call)
+            team.for_chunks(n, unit, [&](int64_t first, int64_t last) {
+              if (first % unit != 0 || (last % unit != 0 && last != n) || first >= last) ++misaligned;
+              for (int64_t i = first; i < last; ++i) ++seen[static_cast<size_t>(i)];
+            });
+        });
+        EXPECT_EQ(misaligned.load(), 0) << "n " << n << ", unit " << unit;
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)].load(), 5) << i;
+      }
+    }
+  }
+  // Rank 1 does not start until rank 0 has run every chunk: rank 0 takes
+  // over all of rank 1's. (Without the taking over, rank 1 gives up waiting
+  // after 10 s and the count below fails; with it, timing plays no part.)
+  set_parallel_threads(2);
+  std::atomic<int> done{0};
+  std::vector<int> runner(64, -1);
+  parallel_team([&](Team& team) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    if (team.rank() == 1)
+      while (done.load() < 64 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    team.for_chunks(64, 1, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) runner[static_cast<size_t>(i)] = team.rank();
+      done += static_cast<int>(last - first);
+    });
+  });
+  EXPECT_EQ(std::count(runner.begin(), runner.end(), 0), 64);
+  set_parallel_threads(before);
+}
+
+TEST(ParallelTeam, ATeamInsideALoopOrBesideAnotherCallerIsATeamOfOne) {
+  const int before = parallel_threads();
+  set_parallel_threads(4);
+  std::atomic<int> ranks{0}, wrong_size{0};
+  parallel_for(8, 1, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i)
+      parallel_team([&](Team& team) {
+        ++ranks;
+        if (team.size() != 1 || team.rank() != 0) ++wrong_size;
+        team.barrier();  // a team of one passes its barrier alone
+        team.for_chunks(10, 1, [&](int64_t, int64_t) {});
+      });
+  });
+  EXPECT_EQ(ranks.load(), 8);
+  EXPECT_EQ(wrong_size.load(), 0);
+  // Teams from several threads at once: one holds the pool, the others run
+  // alone; every rank of every team runs.
+  std::atomic<int> total{0};
+  const auto team_once = [&] {
+    for (int k = 0; k < 200; ++k)
+      parallel_team([&](Team& team) {
+        team.for_chunks(40, 1, [&](int64_t first, int64_t last) { total += static_cast<int>(last - first); });
+      });
+  };
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 3; ++i) callers.emplace_back(team_once);
+  team_once();
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(total.load(), 4 * 200 * 40);
   set_parallel_threads(before);
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -60,6 +61,8 @@ void spin_until(Done done) {
 //   - A long loop: a few chunks a thread, taken in turn from one counter, so
 //     that a thread that is slowed down (a busy core) leaves its share to
 //     the others.
+// Or a team (parallel_team): thread i runs rank i, and only thread i, since
+// the ranks wait for each other.
 struct Job {
   static constexpr int kMaxRanges = 64;  // bits of `claimed`
 
@@ -70,9 +73,21 @@ struct Job {
   std::atomic<uint64_t> claimed{0};        // short loop: bit r, range r taken
   std::atomic<int64_t> next{0};            // long loop: the next chunk's first index
 
+  const std::function<void(Team&)>* team_fn = nullptr;  // a team's function, or none
+  Team::Sync* team = nullptr;
+  std::unique_ptr<std::atomic<bool>[]> rank_taken;  // a team's: rank r has run (a thread may see a job twice)
+
   void run(int thread) {
     in_loop = true;
-    if (ranges > 0) {
+    if (team_fn != nullptr) {
+      if (!rank_taken[static_cast<size_t>(thread)].exchange(true)) {
+        Team rank(thread, *team);
+        (*team_fn)(rank);
+        // No rank leaves before all have run: the caller withdraws the job
+        // only once every thread has taken its rank.
+        rank.barrier();
+      }
+    } else if (ranges > 0) {
       for (int k = 0; k < ranges; ++k) {
         const int r = (thread + k) % ranges;
         const uint64_t bit = uint64_t{1} << r;
@@ -134,7 +149,6 @@ class Pool {
     if (n <= grain || in_loop || threads_ == 1) return alone();
     std::unique_lock call(call_, std::try_to_lock);
     if (!call.owns_lock()) return alone();
-    if (workers_.empty()) start();
     Job job;
     job.fn = &fn;
     job.n = n;
@@ -143,6 +157,36 @@ class Pool {
     const int64_t parts = short_loop ? std::min<int64_t>(threads, Job::kMaxRanges) : threads * 4;
     job.size = std::max(grain, (n + parts - 1) / parts);
     if (short_loop) job.ranges = static_cast<int>((n + job.size - 1) / job.size);
+    run_job(job);
+  }
+
+  void team(const std::function<void(Team&)>& fn) {
+    // A team of one on the caller where parallel_for would run alone.
+    const auto alone = [&] {
+      Team::Sync sync(1);
+      Team rank(0, sync);
+      const bool outer = in_loop;
+      in_loop = true;
+      fn(rank);
+      in_loop = outer;
+    };
+    if (in_loop || threads_ == 1) return alone();
+    std::unique_lock call(call_, std::try_to_lock);
+    if (!call.owns_lock()) return alone();
+    const int threads = threads_.load();
+    Team::Sync sync(threads);
+    Job job;
+    job.team_fn = &fn;
+    job.team = &sync;
+    job.rank_taken = std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(threads));
+    run_job(job);
+  }
+
+ private:
+  // Offers `job` to the workers, runs its share on the caller (thread 0),
+  // and returns once no worker is inside it. call_ is held.
+  void run_job(Job& job) {
+    if (workers_.empty()) start();
     job_.store(&job);
     generation_.fetch_add(1);
     if (sleepers_.load() > 0) {
@@ -162,7 +206,6 @@ class Pool {
     }
   }
 
- private:
   // The cores this process may run on (its affinity mask: a container or
   // `taskset` may allow fewer than the machine has), else the machine's.
   static int usable_cores() {
@@ -236,6 +279,50 @@ int parallel_threads() { return Pool::get().threads(); }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   Pool::get().run(n, grain, fn);
+}
+
+void parallel_team(const std::function<void(Team&)>& fn) { Pool::get().team(fn); }
+
+// Chunks a rank's share is cut into in for_chunks: enough that a rank that
+// is done can take over most of a slowed one's, few enough that claiming
+// them (an atomic add on the owner's cache line) costs little.
+constexpr int kChunksPerRank = 4;
+
+void Team::for_chunks(int64_t n, int64_t unit, const std::function<void(int64_t, int64_t)>& fn) {
+  HIQ_CHECK(n >= 0 && unit >= 1);
+  const int size = sync_->size;
+  const int64_t units = (n + unit - 1) / unit, chunks = int64_t{size} * kChunksPerRank;
+  const auto edge = [&](int64_t chunk) { return std::min(n, units * chunk / chunks * unit); };
+  Sync::Cursor* cursors = sync_->cursors.get() + (chunk_calls_ % 2) * static_cast<uint64_t>(size);
+  // The other parity's cursor is reset for the next call: no rank touches it
+  // until every rank has passed this call's barrier.
+  sync_->cursors[((chunk_calls_ + 1) % 2) * static_cast<uint64_t>(size) + static_cast<uint64_t>(rank_)].next.store(0);
+  ++chunk_calls_;
+  for (int k = 0; k < size; ++k) {
+    const int owner = (rank_ + k) % size;
+    for (int i = cursors[owner].next.fetch_add(1); i < kChunksPerRank; i = cursors[owner].next.fetch_add(1)) {
+      const int64_t chunk = int64_t{owner} * kChunksPerRank + i;
+      if (edge(chunk) < edge(chunk + 1)) fn(edge(chunk), edge(chunk + 1));
+    }
+  }
+  barrier();
+}
+
+void Team::barrier() {
+  Sync& s = *sync_;
+  const uint32_t round = s.round.load();
+  if (s.arrived.fetch_add(1) + 1 == s.size) {
+    // The last to arrive opens the next round. arrived is reset first: a
+    // rank counts itself in the next round only after it sees this one's end.
+    s.arrived.store(0);
+    s.round.fetch_add(1);
+    s.round.notify_all();
+    return;
+  }
+  // Ranks meet within microseconds when their shares are even; one that
+  // waits on something outside (a restore) sleeps, leaving its core free.
+  spin_until([&] { return s.round.load() != round; });
+  while (s.round.load() == round) s.round.wait(round);
 }
 
 }  // namespace hiq

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "codec/numeric.h"
+#include "core/parallel.h"
 
 namespace hiq {
 namespace {
@@ -92,6 +93,193 @@ struct SequenceRows {
   int64_t first_out = 0;            // the first row it wants logits of, within its own rows
 };
 
+// A pass of at most this many rows (a decode step's) runs its layers on a
+// team of threads (team_layers): its steps take a few microseconds each, too
+// short to hand out one at a time. A longer pass hands out its loops, whose
+// chunks a slowed-down core leaves to the others.
+constexpr int64_t kTeamRows = 32;
+
+// What the ranks of team_layers share: the pass, its activations, and an
+// error from waiting for a restore (rank 0's, read after a barrier).
+struct TeamPass {
+  const ModelShape& s;
+  const CpuModelWeights& w;
+  DeviceKvPool& l1;
+  std::span<const CpuSequence> batch;
+  std::span<const SequenceRows> at;
+  std::span<const SlotId> row_slots;    // each row's L1 slot
+  std::span<const int64_t> positions;  // each row's position
+  std::vector<float>& h;                // [rows][hidden], the residual stream
+  std::vector<float> q, k, v, attn, o, gate, up;
+  cpu::AttentionPartials partials;
+  Status failed;
+
+  void size_activations() {
+    const auto rows = row_slots.size(), heads = static_cast<size_t>(s.num_heads),
+               kv_heads = static_cast<size_t>(s.num_kv_heads), d = static_cast<size_t>(s.head_dim),
+               inter = static_cast<size_t>(s.intermediate_size);
+    for (auto* a : {&q, &attn}) a->resize(rows * heads * d);
+    for (auto* a : {&k, &v}) a->resize(rows * kv_heads * d);
+    for (auto* a : {&gate, &up}) a->resize(rows * inter);
+    o.resize(h.size());
+  }
+};
+
+// Rounds x[t · stride + first, t · stride + last) to BF16 for each of `rows` rows.
+void store_columns(float* x, int64_t rows, int64_t stride, int64_t first, int64_t last) {
+  for (int64_t t = 0; t < rows; ++t) cpu::round_to_bf16(x + t * stride + first, static_cast<size_t>(last - first));
+}
+
+// h += o on columns [first, last) of every row, each sum rounded to BF16, o
+// rounded first: a product's output joining the residual stream.
+void add_columns(float* h, float* o, int64_t rows, int64_t hidden, int64_t first, int64_t last) {
+  store_columns(o, rows, hidden, first, last);
+  for (int64_t t = 0; t < rows; ++t) {
+    cpu::add_into(h + t * hidden + first, o + t * hidden + first, static_cast<size_t>(last - first));
+    cpu::round_to_bf16(h + t * hidden + first, static_cast<size_t>(last - first));
+  }
+}
+
+// One rank's part of every layer: the same steps as the loop in
+// forward_batch, and the same bits (each value computed by the same
+// functions whichever rank computes it). A rank normalises the whole
+// residual stream itself (a few thousand values), computes chunks of each
+// product and the small steps of what it computed, and waits at a barrier
+// only where it reads what other ranks wrote: five or six times a layer.
+void team_layers(Team& team, TeamPass& p) {
+  const ModelShape& s = p.s;
+  const auto rows = static_cast<int64_t>(p.row_slots.size());
+  const int64_t hidden = s.hidden_size, d = s.head_dim, q_out = int64_t{s.num_heads} * d,
+                kv_out = int64_t{s.num_kv_heads} * d, inter = s.intermediate_size;
+  const cpu::VectorView no_bias;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const bool restores =
+      std::any_of(p.batch.begin(), p.batch.end(), [](const CpuSequence& seq) { return bool(seq.before_attention); });
+  // This rank's: the normalised stream (then the rounded attention output),
+  // and each row's rotation.
+  std::vector<float> x(static_cast<size_t>(rows * std::max(hidden, q_out))), cos(static_cast<size_t>(rows * d / 2)),
+      sin(cos.size());
+  for (int64_t t = 0; t < rows; ++t)
+    cpu::rope_angles(p.positions[static_cast<size_t>(t)], s.rope, cos.data() + t * d / 2, sin.data() + t * d / 2);
+  std::vector<cpu::AttentionSequence> attention(p.batch.size());
+  // Products are taken in chunks of whole heads (q|k|v) or of 16 rows.
+  constexpr int64_t kRowUnit = 16;
+
+  for (int layer = 0; layer < s.num_layers; ++layer) {
+    const LayerWeights& l = p.w.layers[static_cast<size_t>(layer)];
+    // This layer's restores are waited for before any rank writes its new K
+    // and V into L1, as the loop in forward_batch waits before it writes.
+    if (team.rank() == 0)
+      for (const CpuSequence& seq : p.batch)
+        if (seq.before_attention && p.failed.is_ok()) p.failed = seq.before_attention(layer);
+    cpu::rms_norm(p.h.data(), rows, hidden, l.input_norm, s.rms_norm_eps, x.data(), true);
+    cpu::round_to_bf16(x.data(), static_cast<size_t>(rows * hidden));
+    if (restores) {
+      team.barrier();
+      if (!p.failed.is_ok()) return;  // every rank sees it after the same barrier
+    }
+
+    // q, k and v by heads, each normalised, rotated and (K, V) written to L1.
+    const cpu::Product qkv[] = {{l.q_proj, l.q_bias, p.q.data()}, {l.k_proj, l.k_bias, p.k.data()},
+                                {l.v_proj, l.v_bias, p.v.data()}};
+    team.for_chunks(q_out + 2 * kv_out, d, [&](int64_t first, int64_t last) {
+      cpu::matmuls_rows(x.data(), rows, qkv, first, last);
+      for (int64_t unit = first / d; unit < last / d; ++unit) {
+        const bool is_q = unit < s.num_heads, is_k = !is_q && unit < s.num_heads + s.num_kv_heads;
+        const int64_t head = is_q ? unit : is_k ? unit - s.num_heads : unit - s.num_heads - s.num_kv_heads;
+        float* base = (is_q ? p.q : is_k ? p.k : p.v).data() + head * d;
+        const int64_t stride = is_q ? q_out : kv_out;
+        for (int64_t t = 0; t < rows; ++t) {
+          float* y = base + t * stride;
+          cpu::round_to_bf16(y, static_cast<size_t>(d));
+          if (is_q || is_k) {
+            if (s.qk_norm) {
+              cpu::rms_norm(y, 1, d, is_q ? l.q_norm : l.k_norm, s.rms_norm_eps, y, true);
+              cpu::round_to_bf16(y, static_cast<size_t>(d));
+            }
+            cpu::rotate_half(y, 1, static_cast<int>(d), cos.data() + t * d / 2, sin.data() + t * d / 2);
+            cpu::round_to_bf16(y, static_cast<size_t>(d));
+          }
+          if (!is_q) {
+            const KvPart part = is_k ? KvPart::kK : KvPart::kV;
+            uint16_t* kv = p.l1.row(layer, part, p.row_slots[static_cast<size_t>(t)]) + head * d;
+            for (int64_t e = 0; e < d; ++e) kv[e] = numeric::float_to_bf16(y[e]);
+          }
+        }
+      }
+    });
+
+    for (size_t i = 0; i < p.batch.size(); ++i) {
+      const CpuSequence& seq = p.batch[i];
+      attention[i] = cpu::AttentionSequence{p.q.data() + p.at[i].first_row * q_out, p.at[i].rows,
+                                            p.l1.plane(layer, KvPart::kK), p.l1.plane(layer, KvPart::kV),
+                                            seq.slots.data(), static_cast<int64_t>(seq.tokens.size()),
+                                            static_cast<int64_t>(seq.first_new),
+                                            p.attn.data() + p.at[i].first_row * q_out};
+    }
+    cpu::attention(attention, s.num_heads, s.num_kv_heads, static_cast<int>(d), scale, &team, &p.partials);
+    std::copy_n(p.attn.begin(), rows * q_out, x.begin());
+    cpu::round_to_bf16(x.data(), static_cast<size_t>(rows * q_out));
+
+    const cpu::Product o_proj{l.o_proj, l.o_bias, p.o.data()};
+    team.for_chunks(hidden, kRowUnit, [&](int64_t first, int64_t last) {
+      cpu::matmuls_rows(x.data(), rows, std::span(&o_proj, 1), first, last);
+      add_columns(p.h.data(), p.o.data(), rows, hidden, first, last);
+    });
+
+    cpu::rms_norm(p.h.data(), rows, hidden, l.post_attention_norm, s.rms_norm_eps, x.data(), true);
+    cpu::round_to_bf16(x.data(), static_cast<size_t>(rows * hidden));
+    const cpu::Product gate{l.gate_proj, no_bias, p.gate.data()}, up{l.up_proj, no_bias, p.up.data()};
+    team.for_chunks(inter, kRowUnit, [&](int64_t first, int64_t last) {
+      cpu::matmuls_rows(x.data(), rows, std::span(&gate, 1), first, last);
+      cpu::matmuls_rows(x.data(), rows, std::span(&up, 1), first, last);
+      store_columns(p.gate.data(), rows, inter, first, last);
+      store_columns(p.up.data(), rows, inter, first, last);
+      for (int64_t t = 0; t < rows; ++t) {
+        float* g = p.gate.data() + t * inter + first;
+        cpu::silu_mul(g, p.up.data() + t * inter + first, static_cast<size_t>(last - first), g);
+      }
+      store_columns(p.gate.data(), rows, inter, first, last);
+    });
+
+    const cpu::Product down{l.down_proj, no_bias, p.o.data()};
+    team.for_chunks(hidden, kRowUnit, [&](int64_t first, int64_t last) {
+      cpu::matmuls_rows(p.gate.data(), rows, std::span(&down, 1), first, last);
+      add_columns(p.h.data(), p.o.data(), rows, hidden, first, last);
+    });
+  }
+}
+
+// The logits of the rows each sequence wants (none without `want_logits`),
+// from the residual stream after the last layer.
+std::vector<std::vector<float>> logits_of(const ModelShape& s, const CpuModelWeights& w,
+                                          std::span<const SequenceRows> at, int64_t total_out,
+                                          const std::vector<float>& h, bool want_logits) {
+  const int64_t hidden = s.hidden_size;
+  std::vector<std::vector<float>> logits(at.size());
+  if (!want_logits) return logits;
+
+  // The rows each sequence wants logits of, gathered for one LM head product.
+  std::vector<float> normed(static_cast<size_t>(total_out * hidden));
+  int64_t out_row = 0;
+  for (const SequenceRows& r : at) {
+    const int64_t n = r.rows - r.first_out;
+    cpu::rms_norm(h.data() + (r.first_row + r.first_out) * hidden, n, hidden, w.final_norm, s.rms_norm_eps,
+                  normed.data() + out_row * hidden, true);
+    out_row += n;
+  }
+  store(normed);
+  std::vector<float> all(static_cast<size_t>(total_out * s.vocab_size));
+  cpu::matmul(normed.data(), total_out, w.lm_head, cpu::VectorView{}, all.data());
+  out_row = 0;
+  for (size_t i = 0; i < at.size(); ++i) {
+    const int64_t n = at[i].rows - at[i].first_out;
+    logits[i].assign(all.begin() + out_row * s.vocab_size, all.begin() + (out_row + n) * s.vocab_size);
+    out_row += n;
+  }
+  return logits;
+}
+
 // Every sequence of `batch` through the layers, their new tokens sharing the
 // products; the logits of each (none without `want_logits`).
 Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const CpuModelWeights& w, DeviceKvPool& l1,
@@ -143,6 +331,18 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
     for (int64_t t = 0; t < at[i].rows; ++t)
       cpu::read_row(w.embed_tokens, batch[i].tokens[batch[i].first_new + static_cast<size_t>(t)],
                     h.data() + (at[i].first_row + t) * hidden);
+
+  if (total <= kTeamRows && parallel_threads() > 1 && l1.host_accessible() && !all_reduce) {
+    std::vector<SlotId> row_slots(static_cast<size_t>(total));
+    for (size_t i = 0; i < batch.size(); ++i)
+      std::copy(batch[i].slots.begin() + static_cast<std::ptrdiff_t>(batch[i].first_new), batch[i].slots.end(),
+                row_slots.begin() + at[i].first_row);
+    TeamPass pass{s, w, l1, batch, at, row_slots, positions, h, {}, {}, {}, {}, {}, {}, {}, {}, Status::ok()};
+    pass.size_activations();
+    parallel_team([&](Team& team) { team_layers(team, pass); });
+    HIQ_RETURN_IF_ERROR(pass.failed);
+    return logits_of(s, w, at, total_out, h, want_logits);
+  }
 
   std::vector<float> x(h.size()), q(static_cast<size_t>(total * q_out)), k(static_cast<size_t>(total * kv_out)),
       v(k.size()), attn(q.size()), o(h.size()), gate(static_cast<size_t>(total * inter)), up(gate.size());
@@ -222,28 +422,7 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
     cpu::add_into(h.data(), o.data(), h.size());
     store(h);
   }
-  std::vector<std::vector<float>> logits(batch.size());
-  if (!want_logits) return logits;
-
-  // The rows each sequence wants logits of, gathered for one LM head product.
-  std::vector<float> normed(static_cast<size_t>(total_out * hidden));
-  int64_t out_row = 0;
-  for (const SequenceRows& r : at) {
-    const int64_t n = r.rows - r.first_out;
-    cpu::rms_norm(h.data() + (r.first_row + r.first_out) * hidden, n, hidden, w.final_norm, s.rms_norm_eps,
-                  normed.data() + out_row * hidden, true);
-    out_row += n;
-  }
-  store(normed);
-  std::vector<float> all(static_cast<size_t>(total_out * s.vocab_size));
-  cpu::matmul(normed.data(), total_out, w.lm_head, no_bias, all.data());
-  out_row = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const int64_t n = at[i].rows - at[i].first_out;
-    logits[i].assign(all.begin() + out_row * s.vocab_size, all.begin() + (out_row + n) * s.vocab_size);
-    out_row += n;
-  }
-  return logits;
+  return logits_of(s, w, at, total_out, h, want_logits);
 }
 
 }  // namespace

@@ -44,37 +44,65 @@ void matmul(const float* x, int64_t m, const MatrixView& w, const VectorView& bi
   matmuls(x, m, std::span(&product, 1));
 }
 
-void matmuls(const float* x, int64_t m, std::span<const Product> products) {
-  HIQ_CHECK(m >= 0 && !products.empty());
-  if (m == 0) return;
-  const int64_t cols = products.front().w.cols;
-  // Each product's bias widened once (the kernels add it in float), and
-  // where its rows start in the loop's index space.
-  std::vector<std::vector<float>> biases(products.size());
-  std::vector<int64_t> first_row(products.size() + 1, 0);
-  for (size_t i = 0; i < products.size(); ++i) {
-    const Product& p = products[i];
-    HIQ_CHECK(p.w.data != nullptr && p.w.rows > 0 && p.w.cols == cols && cols > 0 && p.y != nullptr);
-    HIQ_CHECK(p.bias.data == nullptr || p.bias.size == p.w.rows);
-    if (p.bias.data != nullptr) {
-      biases[i].resize(static_cast<size_t>(p.w.rows));
-      for (int64_t j = 0; j < p.w.rows; ++j) biases[i][static_cast<size_t>(j)] = load(p.bias.type, p.bias.data, j);
-    }
-    first_row[i + 1] = first_row[i] + p.w.rows;
-  }
-  // Output features split across threads; each is computed the same way
-  // whichever thread runs it (cpu_kernels.h), so the result does not depend
-  // on the split.
-  const kernels::Table& k = kernels::best_table();
-  parallel_for(first_row.back(), kParallelWork / (cols * m) + 1, [&](int64_t first, int64_t last) {
+namespace {
+
+// Products of one x, ready to compute any rows of: each one's bias widened
+// once (the kernels add it in float), and where its rows start in the index
+// space the products share.
+class Products {
+ public:
+  Products(const float* x, int64_t m, std::span<const Product> products)
+      : x_(x), m_(m), products_(products), biases_(products.size()), first_row_(products.size() + 1, 0) {
+    HIQ_CHECK(m >= 0 && !products.empty());
+    const int64_t cols = products.front().w.cols;
     for (size_t i = 0; i < products.size(); ++i) {
-      const int64_t begin = std::max(first, first_row[i]), end = std::min(last, first_row[i + 1]);
-      if (begin >= end) continue;
       const Product& p = products[i];
-      k.matmul_rows(x, m, p.w, begin - first_row[i], end - first_row[i], biases[i].empty() ? nullptr : biases[i].data(),
-                    p.y);
+      HIQ_CHECK(p.w.data != nullptr && p.w.rows > 0 && p.w.cols == cols && cols > 0 && p.y != nullptr);
+      HIQ_CHECK(p.bias.data == nullptr || p.bias.size == p.w.rows);
+      if (p.bias.data != nullptr) {
+        biases_[i].resize(static_cast<size_t>(p.w.rows));
+        for (int64_t j = 0; j < p.w.rows; ++j) biases_[i][static_cast<size_t>(j)] = load(p.bias.type, p.bias.data, j);
+      }
+      first_row_[i + 1] = first_row_[i] + p.w.rows;
     }
-  });
+  }
+  int64_t rows() const { return first_row_.back(); }
+  int64_t cols() const { return products_.front().w.cols; }
+
+  // Output features [first, last): each computed the same way whichever
+  // call computes it (cpu_kernels.h), so the result does not depend on the split.
+  void run(int64_t first, int64_t last) const {
+    const kernels::Table& k = kernels::best_table();
+    for (size_t i = 0; i < products_.size(); ++i) {
+      const int64_t begin = std::max(first, first_row_[i]), end = std::min(last, first_row_[i + 1]);
+      if (begin >= end) continue;
+      const Product& p = products_[i];
+      k.matmul_rows(x_, m_, p.w, begin - first_row_[i], end - first_row_[i],
+                    biases_[i].empty() ? nullptr : biases_[i].data(), p.y);
+    }
+  }
+
+ private:
+  const float* x_;
+  int64_t m_;
+  std::span<const Product> products_;
+  std::vector<std::vector<float>> biases_;
+  std::vector<int64_t> first_row_;
+};
+
+}  // namespace
+
+void matmuls(const float* x, int64_t m, std::span<const Product> products) {
+  const Products all(x, m, products);
+  if (m == 0) return;
+  parallel_for(all.rows(), kParallelWork / (all.cols() * m) + 1,
+               [&](int64_t first, int64_t last) { all.run(first, last); });
+}
+
+void matmuls_rows(const float* x, int64_t m, std::span<const Product> products, int64_t first, int64_t last) {
+  const Products all(x, m, products);
+  HIQ_CHECK(first >= 0 && first <= last && last <= all.rows());
+  if (m > 0) all.run(first, last);
 }
 
 void rms_norm(const float* x, int64_t m, int64_t n, const VectorView& weight, float eps, float* y,
@@ -124,19 +152,29 @@ void apply_rope_rows(float* q, float* k, int64_t tokens, const int64_t* position
 }
 
 void apply_rope(float* x, int heads, int head_dim, int64_t position, const RopeTable& table) {
-  const int half = head_dim / 2;
-  HIQ_CHECK(static_cast<int>(table.inv_freq.size()) == half);
-  std::vector<float> cos_t(static_cast<size_t>(half)), sin_t(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) {
+  const auto half = static_cast<size_t>(head_dim / 2);
+  HIQ_CHECK(table.inv_freq.size() == half);
+  std::vector<float> cos_t(half), sin_t(half);
+  rope_angles(position, table, cos_t.data(), sin_t.data());
+  rotate_half(x, heads, head_dim, cos_t.data(), sin_t.data());
+}
+
+void rope_angles(int64_t position, const RopeTable& table, float* cos, float* sin) {
+  const auto half = table.inv_freq.size();
+  for (size_t i = 0; i < half; ++i) {
     // θ in float, as the reference computes position · inv_freq.
-    const float theta = static_cast<float>(position) * table.inv_freq[static_cast<size_t>(i)];
-    cos_t[static_cast<size_t>(i)] = std::cos(theta) * table.attention_scale;
-    sin_t[static_cast<size_t>(i)] = std::sin(theta) * table.attention_scale;
+    const float theta = static_cast<float>(position) * table.inv_freq[i];
+    cos[i] = std::cos(theta) * table.attention_scale;
+    sin[i] = std::sin(theta) * table.attention_scale;
   }
+}
+
+void rotate_half(float* x, int heads, int head_dim, const float* cos, const float* sin) {
+  const int half = head_dim / 2;
   for (int h = 0; h < heads; ++h) {
     float* v = x + static_cast<int64_t>(h) * head_dim;
     for (int i = 0; i < half; ++i) {
-      const float a = v[i], b = v[i + half], c = cos_t[static_cast<size_t>(i)], s = sin_t[static_cast<size_t>(i)];
+      const float a = v[i], b = v[i + half], c = cos[i], s = sin[i];
       v[i] = a * c - b * s;
       v[i + half] = b * c + a * s;
     }
@@ -146,9 +184,7 @@ void apply_rope(float* x, int heads, int head_dim, int64_t position, const RopeT
 namespace {
 
 // One block of a row's keys (cpu_ops.h): its max and sum, and o_b in `o`.
-struct KeyBlock {
-  float max = 0, sum = 0;
-};
+using KeyBlock = AttentionPartials::Block;
 
 // The attention of one (query, head) row over keys [begin, end): e in
 // `scores` (end − begin floats), o_b in `o` (head_dim floats).
@@ -202,8 +238,16 @@ void attention(const float* q, int64_t n_q, const uint16_t* k, const uint16_t* v
   attention(std::span(&one, 1), heads, kv_heads, head_dim, scale);
 }
 
-void attention(std::span<const AttentionSequence> sequences, int heads, int kv_heads, int head_dim, float scale) {
+void attention(std::span<const AttentionSequence> sequences, int heads, int kv_heads, int head_dim, float scale,
+               Team* team, AttentionPartials* partials) {
   HIQ_CHECK(heads > 0 && kv_heads > 0 && heads % kv_heads == 0);
+  HIQ_CHECK(team == nullptr || partials != nullptr);
+  // A loop on the pool, or in chunks across the team, then its barrier.
+  const auto for_ranges = [team](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    if (team == nullptr) return parallel_for(n, grain, fn);
+    team->for_chunks(n, 1, fn);
+  };
+  const int threads = team != nullptr ? team->size() : parallel_threads();
   const int group = heads / kv_heads;
   const int64_t stride = int64_t{kv_heads} * head_dim;  // elements from one token's row to the next
   // Rows (query, head) of every sequence, numbered across the batch:
@@ -217,7 +261,10 @@ void attention(std::span<const AttentionSequence> sequences, int heads, int kv_h
     most_blocks = std::max(most_blocks, (seq.first_position + seq.n_q + kAttentionKeyBlock - 1) / kAttentionKeyBlock);
   }
   const int64_t rows = first_row.back();
-  if (rows == 0) return;
+  if (rows == 0) {
+    if (team != nullptr) team->barrier();
+    return;
+  }
   const kernels::Table& kern = kernels::best_table();
   // Row r: its q, K and V, its visible keys (causal: positions ≤ the query's), its output.
   struct Row {
@@ -239,14 +286,14 @@ void attention(std::span<const AttentionSequence> sequences, int heads, int kv_h
   const auto block_end = [&](const Row& row, int64_t b) { return std::min(row.visible, (b + 1) * kAttentionKeyBlock); };
   const int64_t block_work = kAttentionKeyBlock * head_dim * 2;  // multiply-adds of a whole block
 
-  if (rows >= 2 * int64_t{parallel_threads()} || most_blocks == 1) {
+  if (rows >= 2 * int64_t{threads} || most_blocks == 1) {
     // Rows split across threads, each row's blocks run in order by one. The
     // ranges go out last row first: a causal row sees more keys the later its
     // token, so within a sequence the longest work is taken first and the
     // last ranges to be taken are short, leaving no thread alone with a long
     // one at the end. (Across a batch, the last sequence's rows go first,
     // whatever its length.)
-    parallel_for(rows, kParallelWork / (most_blocks * block_work) + 1, [&](int64_t first, int64_t last) {
+    for_ranges(rows, kParallelWork / (most_blocks * block_work) + 1, [&](int64_t first, int64_t last) {
       std::vector<float> scores(static_cast<size_t>(kAttentionKeyBlock)), o(static_cast<size_t>(head_dim));
       for (int64_t i = first; i < last; ++i) {
         const Row row = row_of(rows - 1 - i);
@@ -262,9 +309,16 @@ void attention(std::span<const AttentionSequence> sequences, int heads, int kv_h
   // A few long rows (a decode step's): their blocks side by side, then each
   // row's merged in order.
   const int64_t items = rows * most_blocks;
-  std::vector<KeyBlock> blocks(static_cast<size_t>(items));
-  std::vector<float> partial(static_cast<size_t>(items * head_dim));
-  parallel_for(items, kParallelWork / block_work + 1, [&](int64_t first, int64_t last) {
+  AttentionPartials local;
+  AttentionPartials& shared = team != nullptr ? *partials : local;
+  if (team == nullptr || team->rank() == 0) {
+    shared.blocks.resize(static_cast<size_t>(items));
+    shared.outputs.resize(static_cast<size_t>(items * head_dim));
+  }
+  if (team != nullptr) team->barrier();
+  std::vector<KeyBlock>& blocks = shared.blocks;
+  std::vector<float>& partial = shared.outputs;
+  for_ranges(items, kParallelWork / block_work + 1, [&](int64_t first, int64_t last) {
     std::vector<float> scores(static_cast<size_t>(kAttentionKeyBlock));
     for (int64_t i = first; i < last; ++i) {
       const Row row = row_of(i / most_blocks);
@@ -275,7 +329,7 @@ void attention(std::span<const AttentionSequence> sequences, int heads, int kv_h
                                                     partial.data() + i * head_dim);
     }
   });
-  parallel_for(rows, kParallelWork / (most_blocks * head_dim * 4) + 1, [&](int64_t first, int64_t last) {
+  for_ranges(rows, kParallelWork / (most_blocks * head_dim * 4) + 1, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {
       const Row row = row_of(r);
       merge_row(row.out, row.visible, head_dim, [&](int64_t b) {

@@ -13,8 +13,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "model/rope.h"
+
+namespace hiq {
+class Team;
+}
 
 namespace hiq::cpu {
 
@@ -52,6 +57,10 @@ struct Product {
   float* y = nullptr;  // [m][w.rows]
 };
 void matmuls(const float* x, int64_t m, std::span<const Product> products);
+// Rows [first, last) of the products' outputs numbered one product after
+// another (a team rank's share), on the calling thread: the bits matmuls
+// gives them.
+void matmuls_rows(const float* x, int64_t m, std::span<const Product> products, int64_t first, int64_t last);
 
 // y[i] = x̂[i] · weight with x̂[i] = x[i] / sqrt(mean(x[i]²) + eps), per row of
 // n features; y may be x. `bf16_normalized`: x̂ is rounded to BF16 before the
@@ -71,6 +80,11 @@ void add_into(float* x, const float* y, size_t n);
 // θ = position · inv_freq[i] and s = table.attention_scale,
 //   x'[i] = x[i]·cos θ·s − x[i + d/2]·sin θ·s,  x'[i + d/2] = x[i + d/2]·cos θ·s + x[i]·sin θ·s.
 void apply_rope(float* x, int heads, int head_dim, int64_t position, const RopeTable& table);
+// apply_rope in two halves, for a position's many rotations: cos θ·s and
+// sin θ·s of each i < d/2 (head_dim / 2 floats each), then the rotation of
+// `heads` vectors by them.
+void rope_angles(int64_t position, const RopeTable& table, float* cos, float* sin);
+void rotate_half(float* x, int heads, int head_dim, const float* cos, const float* sin);
 
 // apply_rope to q and k of `tokens` rows ([tokens][heads·head_dim] and
 // [tokens][kv_heads·head_dim]), row t at positions[t], the rows shared out
@@ -111,7 +125,19 @@ struct AttentionSequence {
   int64_t first_position = 0;
   float* out = nullptr;  // [n_q][heads][head_dim]
 };
-void attention(std::span<const AttentionSequence> sequences, int heads, int kv_heads, int head_dim, float scale);
+// With a team (core/parallel.h), every rank calls it with the same
+// arguments, the same `partials` included, and computes its share; it
+// returns after the team's barrier. `partials` holds the key blocks of a
+// decode step's few rows, which one rank computes and another merges.
+struct AttentionPartials {
+  struct Block {
+    float max = 0, sum = 0;
+  };
+  std::vector<Block> blocks;   // [rows · blocks a row]
+  std::vector<float> outputs;  // [rows · blocks a row][head_dim]
+};
+void attention(std::span<const AttentionSequence> sequences, int heads, int kv_heads, int head_dim, float scale,
+               Team* team = nullptr, AttentionPartials* partials = nullptr);
 
 // Rounds every value to the nearest BF16 (ties to even), in place.
 void round_to_bf16(float* x, size_t n);

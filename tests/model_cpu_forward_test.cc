@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -463,6 +464,53 @@ TEST(CpuForward, ATeamPassGivesTheBitsOfOneThread) {
   }
 }
 
+// An L1 in host memory that counts write_rows calls: a team pass writes
+// its K and V into the planes in place, the loops through write_rows.
+class CountingPool final : public DeviceKvPool {
+ public:
+  explicit CountingPool(std::unique_ptr<DeviceKvPool> inner)
+      : DeviceKvPool(inner->geometry(), inner->num_slots()), inner_(std::move(inner)) {}
+  uint16_t* plane(int layer, KvPart part) override { return inner_->plane(layer, part); }
+  bool host_accessible() const override { return true; }
+  Status write_rows(int layer, KvPart part, std::span<const SlotId> slots, const uint16_t* rows) override {
+    ++writes;
+    return inner_->write_rows(layer, part, slots, rows);
+  }
+  int writes = 0;
+
+ private:
+  std::unique_ptr<DeviceKvPool> inner_;
+};
+
+// Up to 32 rows run on the team (on more than one thread), 33 on the loops;
+// both give the bits of one thread.
+TEST(CpuForward, APassOfUpTo32RowsRunsOnTheTeamAndLongerOnTheLoops) {
+  TinyModel m;
+  const auto tokens = prompt(40);
+  std::vector<SlotId> slots(40);
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<SlotId>(i * 7 % 64);  // scattered
+  const int before = parallel_threads();
+  for (size_t n_new : {size_t{32}, size_t{33}}) {
+    SCOPED_TRACE(std::to_string(n_new) + " new tokens");
+    std::vector<std::vector<float>> logits;
+    for (int threads : {1, 2}) {
+      set_parallel_threads(threads);
+      CountingPool l1(m.pool());
+      const size_t first = 40 - n_new;
+      ASSERT_TRUE(cpu_forward(m.shape, m.weights, l1, std::span(tokens).first(first), std::span(slots).first(first), 0)
+                      .is_ok());
+      l1.writes = 0;
+      auto out = cpu_forward(m.shape, m.weights, l1, tokens, slots, first, /*all_logits=*/true);
+      ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+      logits.push_back(std::move(*out));
+      const bool team = threads > 1 && n_new <= 32;
+      EXPECT_EQ(l1.writes, team ? 0 : 2 * m.shape.num_layers) << threads << " threads";
+    }
+    EXPECT_TRUE(logits[0] == logits[1]);
+  }
+  set_parallel_threads(before);
+}
+
 // A step's layers wait for their restores (before_attention) in layer
 // order, each once, whatever runs them; a wait that fails stops the pass
 // with its error, on a team as on one thread.
@@ -471,6 +519,7 @@ TEST(CpuForward, RestoreWaitsComeInLayerOrderAndTheirErrorStopsThePass) {
   const auto tokens = prompt(6);
   const auto slots = slots_of(6);
   const int before = parallel_threads();
+  std::vector<float> without_waits;
   for (int threads : {1, 3}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
     set_parallel_threads(threads);
@@ -483,6 +532,11 @@ TEST(CpuForward, RestoreWaitsComeInLayerOrderAndTheirErrorStopsThePass) {
     });
     ASSERT_TRUE(out.is_ok()) << out.status().to_string();
     EXPECT_EQ(layers, (std::vector<int>{0, 1, 2}));
+    if (threads == 1) {
+      without_waits = *out;
+    } else {
+      EXPECT_TRUE(*out == without_waits) << "a team pass that waits gives the bits of one thread";
+    }
     layers.clear();
     out = cpu_forward(m.shape, m.weights, *l1, tokens, slots, 5, false, [&](int layer) {
       layers.push_back(layer);

@@ -130,6 +130,7 @@ TEST(ParallelTeam, EachRankOnItsOwnThreadAndBarriersOrderWhatTheyWrite) {
     EXPECT_EQ(wrong.load(), 0);
     EXPECT_EQ(ids.size(), static_cast<size_t>(threads));
     std::sort(ranks_seen.begin(), ranks_seen.end());
+    ASSERT_EQ(ranks_seen.size(), static_cast<size_t>(threads));
     for (int r = 0; r < threads; ++r) EXPECT_EQ(ranks_seen[static_cast<size_t>(r)], r);
   }
   set_parallel_threads(before);

@@ -180,10 +180,11 @@ void team_layers(Team& team, TeamPass& p) {
     }
 
     // q, k and v by heads, each normalised, rotated and (K, V) written to L1.
-    const cpu::Product qkv[] = {{l.q_proj, l.q_bias, p.q.data()}, {l.k_proj, l.k_bias, p.k.data()},
-                                {l.v_proj, l.v_bias, p.v.data()}};
-    team.for_chunks(q_out + 2 * kv_out, d, [&](int64_t first, int64_t last) {
-      cpu::matmuls_rows(x.data(), rows, qkv, first, last);
+    const cpu::Product qkv_products[] = {{l.q_proj, l.q_bias, p.q.data()}, {l.k_proj, l.k_bias, p.k.data()},
+                                         {l.v_proj, l.v_bias, p.v.data()}};
+    const cpu::Products qkv(x.data(), rows, qkv_products);
+    team.for_chunks(qkv.rows(), d, [&](int64_t first, int64_t last) {
+      qkv.run(first, last);
       for (int64_t unit = first / d; unit < last / d; ++unit) {
         const bool is_q = unit < s.num_heads, is_k = !is_q && unit < s.num_heads + s.num_kv_heads;
         const int64_t head = is_q ? unit : is_k ? unit - s.num_heads : unit - s.num_heads - s.num_kv_heads;
@@ -221,18 +222,21 @@ void team_layers(Team& team, TeamPass& p) {
     std::copy_n(p.attn.begin(), rows * q_out, x.begin());
     cpu::round_to_bf16(x.data(), static_cast<size_t>(rows * q_out));
 
-    const cpu::Product o_proj{l.o_proj, l.o_bias, p.o.data()};
+    const cpu::Product o_product{l.o_proj, l.o_bias, p.o.data()};
+    const cpu::Products o_proj(x.data(), rows, std::span(&o_product, 1));
     team.for_chunks(hidden, kRowUnit, [&](int64_t first, int64_t last) {
-      cpu::matmuls_rows(x.data(), rows, std::span(&o_proj, 1), first, last);
+      o_proj.run(first, last);
       add_columns(p.h.data(), p.o.data(), rows, hidden, first, last);
     });
 
     cpu::rms_norm(p.h.data(), rows, hidden, l.post_attention_norm, s.rms_norm_eps, x.data(), true);
     cpu::round_to_bf16(x.data(), static_cast<size_t>(rows * hidden));
-    const cpu::Product gate{l.gate_proj, no_bias, p.gate.data()}, up{l.up_proj, no_bias, p.up.data()};
+    // gate|up as one product whose rows j and inter + j go to one chunk.
+    const cpu::Product gate_up_products[] = {{l.gate_proj, no_bias, p.gate.data()}, {l.up_proj, no_bias, p.up.data()}};
+    const cpu::Products gate_up(x.data(), rows, gate_up_products);
     team.for_chunks(inter, kRowUnit, [&](int64_t first, int64_t last) {
-      cpu::matmuls_rows(x.data(), rows, std::span(&gate, 1), first, last);
-      cpu::matmuls_rows(x.data(), rows, std::span(&up, 1), first, last);
+      gate_up.run(first, last);
+      gate_up.run(inter + first, inter + last);
       store_columns(p.gate.data(), rows, inter, first, last);
       store_columns(p.up.data(), rows, inter, first, last);
       for (int64_t t = 0; t < rows; ++t) {
@@ -242,9 +246,10 @@ void team_layers(Team& team, TeamPass& p) {
       store_columns(p.gate.data(), rows, inter, first, last);
     });
 
-    const cpu::Product down{l.down_proj, no_bias, p.o.data()};
+    const cpu::Product down_product{l.down_proj, no_bias, p.o.data()};
+    const cpu::Products down(p.gate.data(), rows, std::span(&down_product, 1));
     team.for_chunks(hidden, kRowUnit, [&](int64_t first, int64_t last) {
-      cpu::matmuls_rows(p.gate.data(), rows, std::span(&down, 1), first, last);
+      down.run(first, last);
       add_columns(p.h.data(), p.o.data(), rows, hidden, first, last);
     });
   }
@@ -332,6 +337,10 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
       cpu::read_row(w.embed_tokens, batch[i].tokens[batch[i].first_new + static_cast<size_t>(t)],
                     h.data() + (at[i].first_row + t) * hidden);
 
+  // The team writes K and V into L1's planes in place, each rank the heads
+  // it computed (a pool in host memory: its planes are its memory), where
+  // the loops below go through write_rows. A rank waiting on a restore holds
+  // the pool's threads at a barrier meanwhile (they sleep after 200 µs).
   if (total <= kTeamRows && parallel_threads() > 1 && l1.host_accessible() && !all_reduce) {
     std::vector<SlotId> row_slots(static_cast<size_t>(total));
     for (size_t i = 0; i < batch.size(); ++i)

@@ -44,65 +44,42 @@ void matmul(const float* x, int64_t m, const MatrixView& w, const VectorView& bi
   matmuls(x, m, std::span(&product, 1));
 }
 
-namespace {
-
-// Products of one x, ready to compute any rows of: each one's bias widened
-// once (the kernels add it in float), and where its rows start in the index
-// space the products share.
-class Products {
- public:
-  Products(const float* x, int64_t m, std::span<const Product> products)
-      : x_(x), m_(m), products_(products), biases_(products.size()), first_row_(products.size() + 1, 0) {
-    HIQ_CHECK(m >= 0 && !products.empty());
-    const int64_t cols = products.front().w.cols;
-    for (size_t i = 0; i < products.size(); ++i) {
-      const Product& p = products[i];
-      HIQ_CHECK(p.w.data != nullptr && p.w.rows > 0 && p.w.cols == cols && cols > 0 && p.y != nullptr);
-      HIQ_CHECK(p.bias.data == nullptr || p.bias.size == p.w.rows);
-      if (p.bias.data != nullptr) {
-        biases_[i].resize(static_cast<size_t>(p.w.rows));
-        for (int64_t j = 0; j < p.w.rows; ++j) biases_[i][static_cast<size_t>(j)] = load(p.bias.type, p.bias.data, j);
-      }
-      first_row_[i + 1] = first_row_[i] + p.w.rows;
+Products::Products(const float* x, int64_t m, std::span<const Product> products)
+    : x_(x), m_(m), products_(products), biases_(products.size()), first_row_(products.size() + 1, 0) {
+  HIQ_CHECK(m >= 0 && !products.empty());
+  const int64_t cols = products.front().w.cols;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const Product& p = products[i];
+    HIQ_CHECK(p.w.data != nullptr && p.w.rows > 0 && p.w.cols == cols && cols > 0 && p.y != nullptr);
+    HIQ_CHECK(p.bias.data == nullptr || p.bias.size == p.w.rows);
+    if (p.bias.data != nullptr) {
+      biases_[i].resize(static_cast<size_t>(p.w.rows));
+      for (int64_t j = 0; j < p.w.rows; ++j) biases_[i][static_cast<size_t>(j)] = load(p.bias.type, p.bias.data, j);
     }
+    first_row_[i + 1] = first_row_[i] + p.w.rows;
   }
-  int64_t rows() const { return first_row_.back(); }
-  int64_t cols() const { return products_.front().w.cols; }
+}
 
-  // Output features [first, last): each computed the same way whichever
-  // call computes it (cpu_kernels.h), so the result does not depend on the split.
-  void run(int64_t first, int64_t last) const {
-    const kernels::Table& k = kernels::best_table();
-    for (size_t i = 0; i < products_.size(); ++i) {
-      const int64_t begin = std::max(first, first_row_[i]), end = std::min(last, first_row_[i + 1]);
-      if (begin >= end) continue;
-      const Product& p = products_[i];
-      k.matmul_rows(x_, m_, p.w, begin - first_row_[i], end - first_row_[i],
-                    biases_[i].empty() ? nullptr : biases_[i].data(), p.y);
-    }
+// Each output row is computed the same way whichever call computes it
+// (cpu_kernels.h), so the result does not depend on how rows are split.
+void Products::run(int64_t first, int64_t last) const {
+  HIQ_CHECK(first >= 0 && first <= last && last <= rows());
+  if (m_ == 0) return;
+  const kernels::Table& k = kernels::best_table();
+  for (size_t i = 0; i < products_.size(); ++i) {
+    const int64_t begin = std::max(first, first_row_[i]), end = std::min(last, first_row_[i + 1]);
+    if (begin >= end) continue;
+    const Product& p = products_[i];
+    k.matmul_rows(x_, m_, p.w, begin - first_row_[i], end - first_row_[i],
+                  biases_[i].empty() ? nullptr : biases_[i].data(), p.y);
   }
-
- private:
-  const float* x_;
-  int64_t m_;
-  std::span<const Product> products_;
-  std::vector<std::vector<float>> biases_;
-  std::vector<int64_t> first_row_;
-};
-
-}  // namespace
+}
 
 void matmuls(const float* x, int64_t m, std::span<const Product> products) {
   const Products all(x, m, products);
   if (m == 0) return;
-  parallel_for(all.rows(), kParallelWork / (all.cols() * m) + 1,
+  parallel_for(all.rows(), kParallelWork / (products.front().w.cols * m) + 1,
                [&](int64_t first, int64_t last) { all.run(first, last); });
-}
-
-void matmuls_rows(const float* x, int64_t m, std::span<const Product> products, int64_t first, int64_t last) {
-  const Products all(x, m, products);
-  HIQ_CHECK(first >= 0 && first <= last && last <= all.rows());
-  if (m > 0) all.run(first, last);
 }
 
 void rms_norm(const float* x, int64_t m, int64_t n, const VectorView& weight, float eps, float* y,

@@ -57,10 +57,23 @@ struct Product {
   float* y = nullptr;  // [m][w.rows]
 };
 void matmuls(const float* x, int64_t m, std::span<const Product> products);
-// Rows [first, last) of the products' outputs numbered one product after
-// another (a team rank's share), on the calling thread: the bits matmuls
-// gives them.
-void matmuls_rows(const float* x, int64_t m, std::span<const Product> products, int64_t first, int64_t last);
+// Products of one x prepared to compute any of their output rows on the
+// calling thread (a team rank's chunks), each row the bits matmuls gives it.
+// Rows are numbered one product after another; each bias is widened to float
+// once, here. x, the weights and the outputs must outlive it.
+class Products {
+ public:
+  Products(const float* x, int64_t m, std::span<const Product> products);
+  int64_t rows() const { return first_row_.back(); }
+  void run(int64_t first, int64_t last) const;
+
+ private:
+  const float* x_;
+  int64_t m_;
+  std::span<const Product> products_;
+  std::vector<std::vector<float>> biases_;
+  std::vector<int64_t> first_row_;  // where each product's rows start; then the total
+};
 
 // y[i] = x̂[i] · weight with x̂[i] = x[i] / sqrt(mean(x[i]²) + eps), per row of
 // n features; y may be x. `bf16_normalized`: x̂ is rounded to BF16 before the

@@ -77,7 +77,10 @@ struct Job {
   Team::Sync* team = nullptr;
   std::unique_ptr<std::atomic<bool>[]> rank_taken;  // a team's: rank r has run (a thread may see a job twice)
 
-  void run(int thread) {
+  // noexcept: an exception out of fn ends the process here, on the caller
+  // as on a worker, rather than leaving the job published or a team's other
+  // ranks at a barrier that never opens.
+  void run(int thread) noexcept {
     in_loop = true;
     if (team_fn != nullptr) {
       if (!rank_taken[static_cast<size_t>(thread)].exchange(true)) {

@@ -199,12 +199,18 @@ __device__ __forceinline__ void fence_registers(float (&d)[64]) {
 
 // S = Q·Kᵀ for the warpgroup's 64 rows: head_dim in steps of 16, 32 bytes
 // into a panel, then the next panel.
+// A step's descriptor is the first's advanced by a constant: the address
+// field holds address / 16 in its low 14 bits, and no step leaves shared
+// memory (under 256 KB), so the sum never carries out of the field. (Built
+// from the address every step, the descriptors cost more integer
+// instructions than the softmax: docs/benchmarks.md.)
 __device__ __forceinline__ void issue_scores(float (&s)[64], uint32_t q_rows, uint32_t k_tile) {
+  const uint64_t q0 = descriptor(q_rows, 16, 1024), k0 = descriptor(k_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     const uint32_t in_panel = (kk % 4) * 32;
-    wgmma_ss(s, descriptor(q_rows + (kk / 4) * kRows * kPanelBytes + in_panel, 16, 1024),
-             descriptor(k_tile + (kk / 4) * kTile * kPanelBytes + in_panel, 16, 1024), kk > 0);
+    wgmma_ss(s, q0 + (((kk / 4) * kRows * kPanelBytes + in_panel) >> 4),
+             k0 + (((kk / 4) * kTile * kPanelBytes + in_panel) >> 4), kk > 0);
   }
 }
 
@@ -212,9 +218,9 @@ __device__ __forceinline__ void issue_scores(float (&s)[64], uint32_t q_rows, ui
 // leading offset steps between the two head-dim panels, the stride offset
 // between 8-token groups.
 __device__ __forceinline__ void issue_values(float (&o)[64], const uint32_t (&p)[kTile / 16][4], uint32_t v_tile) {
+  const uint64_t v0 = descriptor(v_tile, kTile * kPanelBytes, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kTile / 16; ++kk)
-    wgmma_rs(o, p[kk], descriptor(v_tile + kk * 16 * kPanelBytes, kTile * kPanelBytes, 1024));
+  for (int kk = 0; kk < kTile / 16; ++kk) wgmma_rs(o, p[kk], v0 + ((kk * 16 * kPanelBytes) >> 4));
 }
 #endif
 

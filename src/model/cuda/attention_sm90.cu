@@ -197,15 +197,16 @@ __device__ __forceinline__ void fence_registers(float (&d)[64]) {
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// S = Q·Kᵀ for the warpgroup's 64 rows: head_dim in steps of 16, 32 bytes
-// into a panel, then the next panel.
+// S = Q·Kᵀ for the warpgroup's 64 rows (q0: the descriptor of its Q rows,
+// built once a block): head_dim in steps of 16, 32 bytes into a panel, then
+// the next panel.
 // A step's descriptor is the first's advanced by a constant: the address
 // field holds address / 16 in its low 14 bits, and no step leaves shared
 // memory (under 256 KB), so the sum never carries out of the field. (Built
 // from the address every step, the descriptors cost more integer
 // instructions than the softmax: docs/benchmarks.md.)
-__device__ __forceinline__ void issue_scores(float (&s)[64], uint32_t q_rows, uint32_t k_tile) {
-  const uint64_t q0 = descriptor(q_rows, 16, 1024), k0 = descriptor(k_tile, 16, 1024);
+__device__ __forceinline__ void issue_scores(float (&s)[64], uint64_t q0, uint32_t k_tile) {
+  const uint64_t k0 = descriptor(k_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     const uint32_t in_panel = (kk % 4) * 32;
@@ -238,18 +239,22 @@ struct SoftmaxState {
 __device__ __forceinline__ void softmax_to_p(float (&s)[64], float (&o)[64], uint32_t (&p)[kTile / 16][4],
                                              SoftmaxState& state, int kv0, int kv_end, int block_first_position,
                                              const int (&row_position)[2], float scale_log2, int lane) {
-  const bool unmasked = kv0 + kTile <= kv_end && kv0 + kTile - 1 <= block_first_position;
+  // Most tiles need no mask: a branch the whole block takes alike, so the
+  // unmasked tiles run no per-element test.
+  if (kv0 + kTile > kv_end || kv0 + kTile - 1 > block_first_position) {
+#pragma unroll
+    for (int j = 0; j < kTile / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int token = kv0 + j * 8 + (lane % 4) * 2 + e % 2;
+        if (token >= kv_end || token > row_position[e / 2]) s[j * 4 + e] = -INFINITY;
+      }
+  }
   float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int j = 0; j < kTile / 8; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int h = e / 2;
-      const int token = kv0 + j * 8 + (lane % 4) * 2 + e % 2;
-      const bool visible = unmasked || (token < kv_end && token <= row_position[h]);
-      if (!visible) s[j * 4 + e] = -INFINITY;
-      tile_max[h] = fmaxf(tile_max[h], s[j * 4 + e]);
-    }
+    for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[j * 4 + e]);
   float correction[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -405,7 +410,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int row = block_row0 + warpgroup * 64 + warp * 16 + lane / 4 + 8 * h;
     row_position[h] = row < rows ? first_position + row / group : -1;
   }
-  const uint32_t q_rows = q_tile + warpgroup * 64 * kPanelBytes;
+  const uint64_t q_desc = descriptor(q_tile + warpgroup * 64 * kPanelBytes, 16, 1024);
   const int my_turn = 1 + warpgroup, their_turn = 2 - warpgroup;
 
   float o[64], s[64];
@@ -422,7 +427,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kStaged) mbarrier_wait(barrier(full, 0), 0);
   named_barrier_sync(my_turn);
   wgmma_fence();
-  issue_scores(s, q_rows, k_tile(0));
+  issue_scores(s, q_desc, k_tile(0));
   wgmma_commit();
   named_barrier_arrive(their_turn);
 
@@ -480,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_registers(s);
     wgmma_fence();
     issue_values(o, p, v_tile(t));
-    issue_scores(s, q_rows, k_tile(t + 1));
+    issue_scores(s, q_desc, k_tile(t + 1));
     wgmma_commit();
     named_barrier_arrive(their_turn);
   }

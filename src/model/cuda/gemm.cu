@@ -166,7 +166,7 @@ Status Gemms::run(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, int n, 
                   cudaDataType_t y_type) {
   if (m == 0) return Status::ok();
   const bool skinny = skinny_ == Skinny::kWhereverPossible ||
-                      (skinny_ == Skinny::kAuto && m <= kSkinnyRows && int64_t{n} * k <= kSkinnyElements);
+                      (skinny_ == Skinny::kAuto && m <= kSkinnyRows);
   if (skinny && skinny_gemm_supports(x, m, w, k, y, y_type))
     return launch_skinny_gemm(x, m, w, n, k, y, y_type, stream_);
   HIQ_ASSIGN_OR_RETURN(const Plan* p, plan(m, n, k, y_type));

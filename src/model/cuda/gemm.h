@@ -20,17 +20,15 @@
 // rounds once where the reference rounds the product first), and the output
 // bias of the few models that have one is a small share of a pass.
 //
-// The products of a decode step of up to 8 rows with a weight matrix of at
-// most 64 Mi elements go to our own kernel instead (skinny_gemm.h). Such a
-// product streams its weights; on a matrix this small cuBLAS's kernels leave
-// part of the memory bandwidth unused, while on larger ones (an MLP's
-// gate_up, an LM head) they stream near the copy rate and stay. (The model
-// still runs a decode step's gate_up on the skinny kernel, through
-// run_fused: its SiLU·up epilogue saves a kernel.) Measured on
-// the H200 with `hiq bench gemm` (docs/benchmarks.md): at 1 and 8 rows the
-// skinny kernel takes 0.71–0.84× cuBLAS's time on 4096 × 4096, 0.89–0.96× on
-// 4096 × 12288, 0.98–1.06× on 6144 × 4096, and 0.93–1.08× on the larger two;
-// at 16 rows and more it is slower everywhere but the first.
+// The products of a decode step of up to 8 rows go to our own kernel
+// instead (skinny_gemm.h). Such a product streams its weights, and at these
+// rows the skinny kernel streams them faster than cuBLAS's kernels at every
+// product of Qwen3-8B, on both the H200 and the H100 (`hiq bench gemm`, the
+// same run; docs/benchmarks.md, 2026-12-06): 0.77–0.97× cuBLAS's time on the
+// layers' products and 0.97–0.98× on the LM head on the H200, 0.77–0.93×
+// on the H100. At 16 rows it is slower on the H200 for all but o_proj, and at
+// 32 slower everywhere: cuBLAS keeps those. (A decode step's gate_up runs
+// on it through run_fused: its SiLU·up epilogue saves a kernel.)
 //
 // After a shape's plan exists its products allocate nothing and never
 // synchronise, so they can be captured in a CUDA graph.
@@ -130,7 +128,6 @@ class Gemms {
   std::map<Key, Plan> plans_;
   bool logged_fallback_ = false;
   static constexpr int kSkinnyRows = 8;
-  static constexpr int64_t kSkinnyElements = int64_t{1} << 26;
   Skinny skinny_ = Skinny::kAuto;
 };
 

@@ -217,6 +217,55 @@ TEST_F(GpuModelTest, BatchesSequencesWithDifferentCachedPrefixes) {
   EXPECT_EQ(together->next_tokens.size(), cases.size());
 }
 
+// A pass that wants each sequence's last row computes the last layer past
+// its attention on those rows alone (gathered): the logits are those of the
+// pass that computes every row, up to the rounding of products of other
+// sizes, sequence by sequence; a row gathered from the wrong place would be
+// another token's logits, far off.
+TEST_F(GpuModelTest, TheLastLayerOnTheWantedRowsAloneGivesEachSequencesLastLogits) {
+  const TinyModel::Spec spec = qwen3_like();
+  const auto vocab = static_cast<size_t>(spec.vocab_size);
+  struct Case {
+    size_t length, first_new;
+    SlotId first_slot;
+  };
+  // Fresh prompts, one on a cached prefix, and a decode step among them.
+  const std::vector<Case> cases = {{70, 0, 0}, {150, 120, 100}, {41, 40, 300}, {257, 0, 400}, {9, 0, 700}};
+  GpuModel gpu(spec, 1024);
+  ASSERT_TRUE(gpu.model && gpu.l1);
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<SlotId>> slots;
+  std::vector<ModelSequence> batch;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    tokens.push_back(random_tokens(cases[i].length, spec.vocab_size, 40 + static_cast<uint32_t>(i)));
+    slots.push_back(iota_slots(cases[i].length, cases[i].first_slot));
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (cases[i].first_new > 0) {
+      const ModelSequence prefix{std::span(tokens[i]).first(cases[i].first_new),
+                                 std::span(slots[i]).first(cases[i].first_new), 0};
+      ASSERT_TRUE(gpu.model->forward(*gpu.l1, std::span(&prefix, 1), LogitsWanted::kNone).is_ok());
+    }
+    batch.push_back({tokens[i], slots[i], cases[i].first_new});
+  }
+  auto every = gpu.model->forward(*gpu.l1, batch, LogitsWanted::kAll);
+  auto last = gpu.model->forward(*gpu.l1, batch, LogitsWanted::kLast);
+  auto next = gpu.model->forward(*gpu.l1, batch, LogitsWanted::kNone);
+  ASSERT_TRUE(every.is_ok() && last.is_ok() && next.is_ok()) << last.status().to_string();
+  ASSERT_EQ(last->logits.size(), cases.size() * vocab);
+  size_t row = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(i);
+    row += cases[i].length - cases[i].first_new;
+    const std::span<const float> wanted = std::span(last->logits).subspan(i * vocab, vocab);
+    const double error = relative_error(wanted, logit_rows(every->logits, spec.vocab_size, row - 1, row));
+    std::printf("sequence %zu: last row alone vs every row %.2e\n", i, error);
+    EXPECT_LT(error, 1e-2);
+    EXPECT_EQ(next->next_tokens[i], last->next_tokens[i]);
+    EXPECT_EQ(last->next_tokens[i], std::max_element(wanted.begin(), wanted.end()) - wanted.begin());
+  }
+}
+
 TEST_F(GpuModelTest, LongContextDecodeSplitsAttentionAndMatchesTheCpu) {
   const TinyModel::Spec spec = qwen3_like();
   GpuModel gpu(spec, 1600);

@@ -158,6 +158,48 @@ TEST(CpuForward, ContinuingFromKvInL1EqualsOnePrefillToTheBit) {
   }
 }
 
+// A pass computes the last layer past its attention on the rows whose
+// logits are wanted alone: a sequence that wants its last row's gets the
+// bits of that row in a pass that computes them all, also in a batch whose
+// other sequences want every row (their rows stay in place among the kept).
+TEST(CpuForward, TheLastLayerOnTheWantedRowsAloneGivesTheSameBits) {
+  TinyModel m;
+  const auto tokens = prompt(120);
+  const auto vocab = static_cast<size_t>(m.shape.vocab_size);
+  std::vector<SlotId> slots(3 * tokens.size());
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<SlotId>(i);
+  const auto sequence = [&](size_t i, size_t length, bool all) {
+    return CpuSequence{std::span(tokens).first(length), std::span(slots).subspan(i * tokens.size(), length), 0, all,
+                       nullptr};
+  };
+  const std::vector<size_t> lengths = {120, 45, 77};
+  std::vector<CpuSequence> every, mixed;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    every.push_back(sequence(i, lengths[i], true));
+    mixed.push_back(sequence(i, lengths[i], i == 1));  // the middle one wants every row
+  }
+  auto l1 = m.pool(slots.size());
+  auto all = cpu_forward_batch(m.shape, m.weights, *l1, every);
+  auto some = cpu_forward_batch(m.shape, m.weights, *l1, mixed);
+  ASSERT_TRUE(all.is_ok() && some.is_ok()) << some.status().to_string();
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    SCOPED_TRACE(i);
+    const std::vector<float>& a = (*all)[i];
+    const std::vector<float>& b = (*some)[i];
+    ASSERT_EQ(a.size(), lengths[i] * vocab);
+    if (i == 1) {
+      EXPECT_TRUE(a == b);
+    } else {
+      ASSERT_EQ(b.size(), vocab);
+      EXPECT_TRUE(std::equal(b.begin(), b.end(), a.end() - static_cast<std::ptrdiff_t>(vocab)));
+    }
+  }
+  // Alone, too.
+  auto alone = cpu_forward(m.shape, m.weights, *l1, mixed[0].tokens, mixed[0].slots, 0);
+  ASSERT_TRUE(alone.is_ok());
+  EXPECT_TRUE(*alone == (*some)[0]);
+}
+
 // The forward pass splits its matrix products and attention across threads;
 // every value is computed the same way whichever thread computes it, so the
 // logits are the same bits on 1, 2 and 3 threads.

@@ -255,6 +255,19 @@ void team_layers(Team& team, TeamPass& p) {
   }
 }
 
+// Moves the rows each sequence wants logits of to the front of `a` (rows of
+// `width`), sequence by sequence, and drops the rest.
+void keep_wanted_rows(std::span<const SequenceRows> at, int64_t width, std::vector<float>& a) {
+  int64_t kept = 0;
+  for (const SequenceRows& r : at) {
+    const int64_t n = r.rows - r.first_out;
+    const auto from = a.begin() + (r.first_row + r.first_out) * width;
+    std::copy(from, from + n * width, a.begin() + kept * width);  // forwards: never past its source
+    kept += n;
+  }
+  a.resize(static_cast<size_t>(kept * width));
+}
+
 // The logits of the rows each sequence wants (none without `want_logits`),
 // from the residual stream after the last layer.
 std::vector<std::vector<float>> logits_of(const ModelShape& s, const CpuModelWeights& w,
@@ -353,6 +366,7 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
     return logits_of(s, w, at, total_out, h, want_logits);
   }
 
+  int64_t live = total;  // the rows the layers compute: all, until the last layer's wanted ones
   std::vector<float> x(h.size()), q(static_cast<size_t>(total * q_out)), k(static_cast<size_t>(total * kv_out)),
       v(k.size()), attn(q.size()), o(h.size()), gate(static_cast<size_t>(total * inter)), up(gate.size());
   // A pool the CPU cannot read directly gives each sequence's context K and
@@ -411,21 +425,35 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
     }
     cpu::attention(attention, s.num_heads, s.num_kv_heads, s.head_dim, scale);
     store(attn);
+    // Past the last layer's attention a row matters only for its logits:
+    // the rest of that layer runs on the rows whose logits are wanted.
+    if (layer == s.num_layers - 1 && total_out < live) {
+      live = total_out;
+      keep_wanted_rows(at, q_out, attn);
+      keep_wanted_rows(at, hidden, h);
+      for (auto* a : {&x, &o}) a->resize(h.size());
+      for (auto* a : {&gate, &up}) a->resize(static_cast<size_t>(live * inter));
+      int64_t first = 0;
+      for (SequenceRows& r : at) {
+        r = SequenceRows{first, r.rows - r.first_out, 0};
+        first += r.rows;
+      }
+    }
     // One rank's o_proj sees its heads alone: a partial sum, the bias added to the whole.
-    cpu::matmul(attn.data(), total, l.o_proj, all_reduce ? no_bias : l.o_bias, o.data());
+    cpu::matmul(attn.data(), live, l.o_proj, all_reduce ? no_bias : l.o_bias, o.data());
     store(o);
     if (all_reduce) HIQ_RETURN_IF_ERROR(all_reduce(o, l.o_bias));
     cpu::add_into(h.data(), o.data(), h.size());
     store(h);
 
-    cpu::rms_norm(h.data(), total, hidden, l.post_attention_norm, s.rms_norm_eps, x.data(), true);
+    cpu::rms_norm(h.data(), live, hidden, l.post_attention_norm, s.rms_norm_eps, x.data(), true);
     store(x);
     const cpu::Product gate_up[] = {{l.gate_proj, no_bias, gate.data()}, {l.up_proj, no_bias, up.data()}};
-    cpu::matmuls(x.data(), total, gate_up);
+    cpu::matmuls(x.data(), live, gate_up);
     store(gate), store(up);
     cpu::silu_mul(gate.data(), up.data(), gate.size(), gate.data());
     store(gate);
-    cpu::matmul(gate.data(), total, l.down_proj, no_bias, o.data());
+    cpu::matmul(gate.data(), live, l.down_proj, no_bias, o.data());
     store(o);
     if (all_reduce) HIQ_RETURN_IF_ERROR(all_reduce(o, no_bias));
     cpu::add_into(h.data(), o.data(), h.size());

@@ -5,9 +5,10 @@
 //   embed → for each layer: [add +] RMSNorm → QKV (one fused GEMM) → bias,
 //   q/k-norm, RoPE, K/V into L1 → wait for the layer's restore → attention
 //   over L1 → O proj → add + RMSNorm → gate|up (one fused GEMM) → SiLU·up →
-//   down → … → add + final norm → gather the rows whose logits are wanted →
-//   LM head (FP32 logits) → argmax. A pass of ≤ 8 rows applies SiLU·up in
-//   the gate|up product itself (skinny_gemm.h).
+//   down → … → add + final norm → LM head (FP32 logits) → argmax. The last
+//   layer gathers the rows whose logits are wanted after its attention and
+//   computes the rest on those alone (a prompt's last row, say). A pass of
+//   ≤ 8 rows applies SiLU·up in the gate|up product itself (skinny_gemm.h).
 // The per-pass inputs (token ids, positions, slots, sequence table) go up in
 // one copy from a pinned staging buffer; the pass ends with one copy of the
 // results back and a stream synchronisation. A profiled pass (ForwardProfile)
@@ -546,7 +547,10 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
   // the skinny kernel's gating epilogue has no prologue to slow it, and the
   // step loses a kernel a layer (measured at Qwen3-8B's shapes on one GPU;
   // tensor-parallel ranks keep cuBLAS and the SiLU kernel until measured).
-  const bool gate_in_product = !reduce_ && gemms_.fuses(tokens);
+  const auto gate_in_product = [&](int m) { return !reduce_ && gemms_.fuses(m); };
+  // The rows the layers compute: all of them, until the last layer's
+  // attention in a pass that is not fused (fused passes are decode-sized).
+  int live = tokens;
   const auto normalized_by = [&](const cuda::DeviceMemory& norm) {
     cuda::SkinnyFusion f;
     f.norm_weight = static_cast<const bf16*>(norm.get());
@@ -621,40 +625,58 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
                                            inter, x, residual));
       continue;
     }
-    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
-    HIQ_RETURN_IF_ERROR(gemm(attn_.as<bf16>(), tokens, static_cast<const bf16*>(w.o_proj.get()), hidden, q_out, delta,
-                             CUDA_R_16BF));
-    HIQ_RETURN_IF_ERROR(reduce(delta, tokens));
-    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
-    if (w.o_bias) HIQ_RETURN_IF_ERROR(cuda::launch_add_bias(delta, static_cast<const bf16*>(w.o_bias.get()), tokens,
-                                                            hidden, stream));
-    HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, delta, static_cast<const bf16*>(w.post_norm.get()), tokens,
-                                                  hidden, s.rms_norm_eps, normed, stream));
-    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
-    if (gate_in_product && cuda::skinny_gemm_supports(normed, tokens, w.gate_up.get(), hidden, act_.memory.get(),
-                                                      CUDA_R_16BF)) {
-      cuda::SkinnyFusion gate;
-      gate.silu_gate = true;
-      HIQ_RETURN_IF_ERROR(gemms_.run_fused(normed, tokens, static_cast<const bf16*>(w.gate_up.get()), inter, hidden,
-                                           act_.as<bf16>(), gate));
-    } else {
-      HIQ_RETURN_IF_ERROR(gemm(normed, tokens, static_cast<const bf16*>(w.gate_up.get()), 2 * inter, hidden,
-                               gate_up_.as<bf16>(), CUDA_R_16BF));
+    // Past the last layer's attention a row matters only for its logits:
+    // the rest of that layer runs on the rows whose logits are wanted, their
+    // attention output gathered into qkv (read by nothing after attention)
+    // and their residual stream into rows_.
+    const bf16* attended = attn_.as<bf16>();
+    if (layer == s.num_layers - 1 && live > logit_rows) {
       HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
-      HIQ_RETURN_IF_ERROR(cuda::launch_silu_mul(gate_up_.as<bf16>(), tokens, inter, act_.as<bf16>(), stream));
+      HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(attended, rows, logit_rows, q_out, qkv, stream));
+      HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(x, rows, logit_rows, hidden, rows_.as<bf16>(), stream));
+      attended = qkv;
+      x = rows_.as<bf16>();
+      live = logit_rows;
     }
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
     HIQ_RETURN_IF_ERROR(
-        gemm(act_.as<bf16>(), tokens, static_cast<const bf16*>(w.down.get()), hidden, inter, delta, CUDA_R_16BF));
-    HIQ_RETURN_IF_ERROR(reduce(delta, tokens));
+        gemm(attended, live, static_cast<const bf16*>(w.o_proj.get()), hidden, q_out, delta, CUDA_R_16BF));
+    HIQ_RETURN_IF_ERROR(reduce(delta, live));
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
+    if (w.o_bias) HIQ_RETURN_IF_ERROR(cuda::launch_add_bias(delta, static_cast<const bf16*>(w.o_bias.get()), live,
+                                                            hidden, stream));
+    HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, delta, static_cast<const bf16*>(w.post_norm.get()), live, hidden,
+                                                  s.rms_norm_eps, normed, stream));
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
+    if (gate_in_product(live) && cuda::skinny_gemm_supports(normed, live, w.gate_up.get(), hidden,
+                                                            act_.memory.get(), CUDA_R_16BF)) {
+      cuda::SkinnyFusion gate;
+      gate.silu_gate = true;
+      HIQ_RETURN_IF_ERROR(gemms_.run_fused(normed, live, static_cast<const bf16*>(w.gate_up.get()), inter, hidden,
+                                           act_.as<bf16>(), gate));
+    } else {
+      HIQ_RETURN_IF_ERROR(gemm(normed, live, static_cast<const bf16*>(w.gate_up.get()), 2 * inter, hidden,
+                               gate_up_.as<bf16>(), CUDA_R_16BF));
+      HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
+      HIQ_RETURN_IF_ERROR(cuda::launch_silu_mul(gate_up_.as<bf16>(), live, inter, act_.as<bf16>(), stream));
+    }
+    HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
+    HIQ_RETURN_IF_ERROR(
+        gemm(act_.as<bf16>(), live, static_cast<const bf16*>(w.down.get()), hidden, inter, delta, CUDA_R_16BF));
+    HIQ_RETURN_IF_ERROR(reduce(delta, live));
   }
   HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
   HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, fused ? nullptr : delta, static_cast<const bf16*>(final_norm_.get()),
-                                                tokens, hidden, s.rms_norm_eps, normed, stream));
-  HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(normed, rows, logit_rows, hidden, rows_.as<bf16>(), stream));
+                                                live, hidden, s.rms_norm_eps, normed, stream));
+  // The LM head's input: the wanted rows, unless the last layer kept only those.
+  const bf16* head_input = normed;
+  if (live > logit_rows) {
+    HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(normed, rows, logit_rows, hidden, rows_.as<bf16>(), stream));
+    head_input = rows_.as<bf16>();
+  }
   HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kLmHead));
-  HIQ_RETURN_IF_ERROR(gemm(rows_.as<bf16>(), logit_rows, static_cast<const bf16*>(lm_head_.get()), s.vocab_size,
-                           hidden, logits_.as<float>(), CUDA_R_32F));
+  HIQ_RETURN_IF_ERROR(gemm(head_input, logit_rows, static_cast<const bf16*>(lm_head_.get()), s.vocab_size, hidden,
+                           logits_.as<float>(), CUDA_R_32F));
   return cuda::launch_argmax(logits_.as<float>(), logit_rows, s.vocab_size, next_.as<int32_t>(), stream);
 }
 

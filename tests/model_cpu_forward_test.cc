@@ -158,27 +158,32 @@ TEST(CpuForward, ContinuingFromKvInL1EqualsOnePrefillToTheBit) {
   }
 }
 
-// A pass computes the last layer past its attention on the rows whose
-// logits are wanted alone: a sequence that wants its last row's gets the
-// bits of that row in a pass that computes them all, also in a batch whose
-// other sequences want every row (their rows stay in place among the kept).
+// A pass computes the last layer past its K and V (attention, O projection,
+// MLP) on the rows whose logits are wanted alone: a sequence that wants its
+// last row's gets the bits of that row in a pass that computes them all,
+// also in a batch whose other sequences want every row (their rows stay in
+// place among the kept) or continue a cached prefix.
 TEST(CpuForward, TheLastLayerOnTheWantedRowsAloneGivesTheSameBits) {
   TinyModel m;
   const auto tokens = prompt(120);
   const auto vocab = static_cast<size_t>(m.shape.vocab_size);
   std::vector<SlotId> slots(3 * tokens.size());
   for (size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<SlotId>(i);
-  const auto sequence = [&](size_t i, size_t length, bool all) {
-    return CpuSequence{std::span(tokens).first(length), std::span(slots).subspan(i * tokens.size(), length), 0, all,
-                       nullptr};
+  // The third sequence continues a cached prefix of 30 tokens.
+  const std::vector<size_t> lengths = {120, 45, 77}, first_new = {0, 0, 30};
+  const auto sequence = [&](size_t i, bool all) {
+    return CpuSequence{std::span(tokens).first(lengths[i]),
+                       std::span(slots).subspan(i * tokens.size(), lengths[i]), first_new[i], all, nullptr};
   };
-  const std::vector<size_t> lengths = {120, 45, 77};
   std::vector<CpuSequence> every, mixed;
   for (size_t i = 0; i < lengths.size(); ++i) {
-    every.push_back(sequence(i, lengths[i], true));
-    mixed.push_back(sequence(i, lengths[i], i == 1));  // the middle one wants every row
+    every.push_back(sequence(i, true));
+    mixed.push_back(sequence(i, i == 1));  // the middle one wants every row
   }
   auto l1 = m.pool(slots.size());
+  ASSERT_TRUE(cpu_forward(m.shape, m.weights, *l1, std::span(tokens).first(first_new[2]),
+                          std::span(slots).subspan(2 * tokens.size(), first_new[2]), 0)
+                  .is_ok());
   auto all = cpu_forward_batch(m.shape, m.weights, *l1, every);
   auto some = cpu_forward_batch(m.shape, m.weights, *l1, mixed);
   ASSERT_TRUE(all.is_ok() && some.is_ok()) << some.status().to_string();
@@ -186,7 +191,7 @@ TEST(CpuForward, TheLastLayerOnTheWantedRowsAloneGivesTheSameBits) {
     SCOPED_TRACE(i);
     const std::vector<float>& a = (*all)[i];
     const std::vector<float>& b = (*some)[i];
-    ASSERT_EQ(a.size(), lengths[i] * vocab);
+    ASSERT_EQ(a.size(), (lengths[i] - first_new[i]) * vocab);
     if (i == 1) {
       EXPECT_TRUE(a == b);
     } else {

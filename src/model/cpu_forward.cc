@@ -394,7 +394,13 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
 
     // Each sequence's new K and V into their L1 slots; attention then reads
     // its whole context from L1 (once the caller says this layer of its
-    // prefix is there), in place where the pool is host memory.
+    // prefix is there), in place where the pool is host memory. Past the
+    // last layer's K and V a row matters only for its logits: that layer's
+    // attention and the rest of it run on the rows whose logits are wanted,
+    // their outputs packed in batch order (a row's values are the same bits
+    // whichever rows are computed with it).
+    const bool wanted_only = layer == s.num_layers - 1 && total_out < live;
+    int64_t packed = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
       const CpuSequence& seq = batch[i];
       if (seq.before_attention) HIQ_RETURN_IF_ERROR(seq.before_attention(layer));
@@ -406,10 +412,13 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
         for (size_t e = 0; e < rows.size(); ++e) rows[e] = numeric::float_to_bf16(src[first + e]);
         HIQ_RETURN_IF_ERROR(l1.write_rows(layer, static_cast<KvPart>(p), new_slots, rows.data()));
       }
+      const int64_t skipped = wanted_only ? at[i].first_out : 0;  // leading rows whose logits are not wanted
       cpu::AttentionSequence& a = attention[i];
-      a = cpu::AttentionSequence{q.data() + at[i].first_row * q_out, at[i].rows, nullptr, nullptr, nullptr,
-                                 static_cast<int64_t>(seq.tokens.size()), static_cast<int64_t>(seq.first_new),
-                                 attn.data() + at[i].first_row * q_out};
+      a = cpu::AttentionSequence{q.data() + (at[i].first_row + skipped) * q_out, at[i].rows - skipped, nullptr,
+                                 nullptr, nullptr, static_cast<int64_t>(seq.tokens.size()),
+                                 static_cast<int64_t>(seq.first_new) + skipped,
+                                 attn.data() + (wanted_only ? packed : at[i].first_row) * q_out};
+      packed += at[i].rows - skipped;
       if (l1.host_accessible()) {
         a.k = l1.plane(layer, KvPart::kK);
         a.v = l1.plane(layer, KvPart::kV);
@@ -424,12 +433,9 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
       }
     }
     cpu::attention(attention, s.num_heads, s.num_kv_heads, s.head_dim, scale);
-    store(attn);
-    // Past the last layer's attention a row matters only for its logits:
-    // the rest of that layer runs on the rows whose logits are wanted.
-    if (layer == s.num_layers - 1 && total_out < live) {
+    if (wanted_only) {
       live = total_out;
-      keep_wanted_rows(at, q_out, attn);
+      attn.resize(static_cast<size_t>(live * q_out));
       keep_wanted_rows(at, hidden, h);
       for (auto* a : {&x, &o}) a->resize(h.size());
       for (auto* a : {&gate, &up}) a->resize(static_cast<size_t>(live * inter));
@@ -439,6 +445,7 @@ Result<std::vector<std::vector<float>>> forward_batch(const ModelShape& s, const
         first += r.rows;
       }
     }
+    store(attn);
     // One rank's o_proj sees its heads alone: a partial sum, the bias added to the whole.
     cpu::matmul(attn.data(), live, l.o_proj, all_reduce ? no_bias : l.o_bias, o.data());
     store(o);

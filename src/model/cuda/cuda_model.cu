@@ -550,7 +550,11 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
   const auto gate_in_product = [&](int m) { return !reduce_ && gemms_.fuses(m); };
   // The rows the layers compute: all of them, until the last layer's
   // attention in a pass that is not fused (fused passes are decode-sized).
+  // Not on a tensor-parallel rank: the ranks other than 0 are asked for no
+  // logits and do not know which rows rank 0 wants, and every rank's
+  // all-reduces must have the same rows.
   int live = tokens;
+  const bool wanted_rows_only = !reduce_;
   const auto normalized_by = [&](const cuda::DeviceMemory& norm) {
     cuda::SkinnyFusion f;
     f.norm_weight = static_cast<const bf16*>(norm.get());
@@ -630,7 +634,7 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
     // attention output gathered into qkv (read by nothing after attention)
     // and their residual stream into rows_.
     const bf16* attended = attn_.as<bf16>();
-    if (layer == s.num_layers - 1 && live > logit_rows) {
+    if (wanted_rows_only && layer == s.num_layers - 1 && live > logit_rows) {
       HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
       HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(attended, rows, logit_rows, q_out, qkv, stream));
       HIQ_RETURN_IF_ERROR(cuda::launch_gather_rows(x, rows, logit_rows, hidden, rows_.as<bf16>(), stream));

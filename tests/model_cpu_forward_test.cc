@@ -306,8 +306,8 @@ TEST(CpuForward, ABatchGivesEachSequenceTheBitsItGetsAlone) {
 // The class of batches the scheduler forms, drawn at random: 1–5 sequences,
 // some on a prefix another also reads (the same slots), fresh prompts and
 // decode steps and continuations, all logits or the last, on 1–3 threads.
-// Each sequence's logits are the bits of its own pass, and the pool ends the
-// same.
+// Each sequence's logits are the bits of its own pass and of the batch's
+// pass with every row's logits wanted, and the pool ends the same.
 TEST(CpuForward, RandomBatchesGiveEachSequenceTheBitsOfItsOwnPass) {
   TinyModel m;
   constexpr size_t kSlots = 4096;
@@ -372,6 +372,20 @@ TEST(CpuForward, RandomBatchesGiveEachSequenceTheBitsOfItsOwnPass) {
     auto together = cpu_forward_batch(m.shape, m.weights, *l1, batch);
     ASSERT_TRUE(together.is_ok()) << together.status().to_string();
     EXPECT_TRUE(*together == alone);
+    // With every row's logits wanted the last layer computes every row: the
+    // rows a sequence wanted are the same bits there.
+    std::vector<CpuSequence> every = batch;
+    for (CpuSequence& seq : every) seq.all_logits = true;
+    auto every_pool = prepared();
+    auto all_rows = cpu_forward_batch(m.shape, m.weights, *every_pool, every);
+    ASSERT_TRUE(all_rows.is_ok()) << all_rows.status().to_string();
+    for (size_t b = 0; b < count; ++b) {
+      const std::vector<float>& got = (*together)[b];
+      const std::vector<float>& all = (*all_rows)[b];
+      ASSERT_LE(got.size(), all.size());
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), all.end() - static_cast<std::ptrdiff_t>(got.size())))
+          << "sequence " << b;
+    }
     std::vector<SlotId> used(free_slots.begin(), free_slots.begin() + static_cast<std::ptrdiff_t>(next_free));
     const size_t row = static_cast<size_t>(m.shape.num_kv_heads * m.shape.head_dim);
     std::vector<uint16_t> a(used.size() * row), b(a.size());

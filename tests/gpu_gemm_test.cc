@@ -6,15 +6,19 @@
 // in. Its fused forms (a normalised input, a residual add, the SiLU gate)
 // give the bits of the separate kernels they replace. The algorithms Gemms
 // lists for the benchmarks each compute the product. Skipped without a GPU.
+// The Hopper prefill kernel's tests are at the end.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "cuda/buffers.h"
 #include "gpu_test_policy.h"
 #include "model/cuda/gemm.h"
+#include "model/cuda/gemm_sm90.h"
 #include "model/cuda/model_kernels.h"
 #include "model/cuda/skinny_gemm.h"
 
@@ -325,6 +329,156 @@ TEST_F(GpuSkinnyGemmTest, TheAlgorithmsListedForAShapeAreDistinctAndEachComputes
   auto none = gemms->algorithms(m, n, k, CUDA_R_32F, 0);
   ASSERT_TRUE(none.is_ok());
   EXPECT_TRUE(none->empty());
+}
+
+
+// The Hopper prefill kernel (model/cuda/gemm_sm90.h): its plain products
+// against float64, every row it owns written and none past m, tiles past
+// the grid's first turn and a ring whose phases wrap mid-tile; its epilogues
+// the bits of its own plain product followed by the separate kernels they
+// replace. Skipped on a GPU that is not a Hopper (compute capability 9.0).
+class GpuSm90GemmTest : public GpuSkinnyGemmTest {
+ protected:
+  void SetUp() override {
+    GpuSkinnyGemmTest::SetUp();
+    if (IsSkipped()) return;
+    auto memory = cuda::device_alloc(1 << 16, "probe");
+    ASSERT_TRUE(memory.is_ok());
+    if (!cuda::gemm_sm90_supports(memory->get(), 1, memory->get(), 256, 64, memory->get(),
+                                  cuda::Sm90Epilogue::kStore)) {
+      GTEST_SKIP() << "not a compute capability 9.0 device";
+    }
+  }
+
+  // y (m + kGuardRows rows of n, poisoned) after the kernel; the rows past m must keep the poison.
+  static constexpr int kGuardRows = 3;
+  static std::vector<uint16_t> run(const cuda::DeviceMemory& x, int m, const cuda::DeviceMemory& w, int n, int k,
+                                   cuda::Sm90Epilogue epilogue, const std::vector<bf16>* y_before = nullptr) {
+    const size_t outputs = static_cast<size_t>(m + kGuardRows) * n;
+    cuda::DeviceMemory y = y_before != nullptr ? upload(*y_before) : zeros(outputs);
+    if (y_before == nullptr) {
+      EXPECT_EQ(cudaMemset(y.get(), 0xff, outputs * sizeof(bf16)), cudaSuccess);
+    }
+    const Status status = cuda::launch_gemm_sm90(as_bf16(x), m, as_bf16(w), n, k, as_bf16(y), epilogue, nullptr);
+    EXPECT_TRUE(status.is_ok()) << status.to_string();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return bits_of(y.get(), outputs);
+  }
+};
+
+std::vector<bf16> from_bits(const std::vector<uint16_t>& bits) {
+  std::vector<bf16> out;
+  out.reserve(bits.size());
+  for (uint16_t b : bits) {
+    __nv_bfloat16_raw raw;
+    raw.x = b;
+    out.emplace_back(raw);
+  }
+  return out;
+}
+
+float bf16_bits_to_float(uint16_t bits) {
+  const uint32_t word = uint32_t{bits} << 16;
+  float f;
+  std::memcpy(&f, &word, sizeof(f));
+  return f;
+}
+
+TEST_F(GpuSm90GemmTest, MatchesAFloat64ReferenceAndWritesOnlyItsRows) {
+  uint32_t seed = 400;
+  // (m, n, k): one tile, row tails, several column tiles, slices that are not a multiple of the four stages.
+  for (auto [m, n, k] : std::vector<std::tuple<int, int, int>>{
+           {1, 256, 64}, {100, 256, 128}, {128, 512, 320}, {300, 768, 576}, {515, 256, 1024}}) {
+    SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k);
+    const Product p{m, n, k, random_bf16(static_cast<size_t>(m) * k, seed), random_bf16(static_cast<size_t>(n) * k, seed + 1)};
+    seed += 2;
+    const std::vector<uint16_t> got = run(upload(p.x), m, upload(p.w), n, k, cuda::Sm90Epilogue::kStore);
+    const std::vector<double> want = reference(p);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(bf16_bits_to_float(got[i]), want[i], 1e-3 * std::sqrt(static_cast<double>(k)) + 4e-3 * std::fabs(want[i]))
+          << "element " << i;
+    for (size_t i = want.size(); i < got.size(); ++i) ASSERT_EQ(got[i], 0xffff) << "written past m: " << i;
+  }
+}
+
+// More tiles than multiprocessors: each block takes several, its ring of
+// stages running on from one tile into the next.
+TEST_F(GpuSm90GemmTest, AgreesWithCublasWhenEachBlockTakesManyTiles) {
+  const int m = 2000, n = 4096, k = 448;  // 16 × 16 tiles, 7 slices each
+  const std::vector<bf16> x = random_bf16(static_cast<size_t>(m) * k, 31), w = random_bf16(static_cast<size_t>(n) * k, 32);
+  cuda::DeviceMemory dx = upload(x), dw = upload(w);
+  const std::vector<uint16_t> got = run(dx, m, dw, n, k, cuda::Sm90Epilogue::kStore);
+  auto workspace = cuda::device_alloc(size_t{32} << 20, "workspace");
+  ASSERT_TRUE(workspace.is_ok());
+  auto gemms = cuda::Gemms::create(nullptr, workspace->get(), size_t{32} << 20);
+  ASSERT_TRUE(gemms.is_ok()) << gemms.status().to_string();
+  auto y = cuda::device_alloc(static_cast<size_t>(m) * n * sizeof(float), "y");
+  ASSERT_TRUE(y.is_ok());
+  ASSERT_TRUE(gemms->run(as_bf16(dx), m, as_bf16(dw), n, k, y->get(), CUDA_R_32F).is_ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> want = download(y->get(), static_cast<size_t>(m) * n, CUDA_R_32F);
+  // FP32 sums in two orders, then our one rounding to BF16.
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(bf16_bits_to_float(got[i]), want[i], 1e-4 * std::sqrt(static_cast<double>(k)) + 4e-3 * std::fabs(want[i]))
+        << "element " << i;
+  EXPECT_EQ(got, run(dx, m, dw, n, k, cuda::Sm90Epilogue::kStore));  // the same bits on a rerun
+}
+
+TEST_F(GpuSm90GemmTest, TheResidualAddGivesTheBitsOfThePlainProductThenTheAddKernel) {
+  uint32_t seed = 500;
+  for (auto [m, n, k] : std::vector<std::tuple<int, int, int>>{{70, 256, 128}, {1000, 4096, 512}}) {
+    SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k);
+    cuda::DeviceMemory x = upload(random_bf16(static_cast<size_t>(m) * k, seed)),
+                       w = upload(random_bf16(static_cast<size_t>(n) * k, seed + 1));
+    const std::vector<bf16> residual = random_bf16(static_cast<size_t>(m + kGuardRows) * n, seed + 2);
+    seed += 3;
+    const std::vector<uint16_t> product = run(x, m, w, n, k, cuda::Sm90Epilogue::kStore);
+    // The add kernel on the plain product.
+    cuda::DeviceMemory separate = upload(residual), d = upload(from_bits(product)), normed = zeros(residual.size()),
+                       norm = upload(random_bf16(static_cast<size_t>(n), seed));
+    ASSERT_TRUE(cuda::launch_add_rms_norm(as_bf16(separate), as_bf16(d), as_bf16(norm), m, n, 1e-6f, as_bf16(normed),
+                                          nullptr)
+                    .is_ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint16_t> want = bits_of(separate.get(), residual.size());
+    EXPECT_EQ(run(x, m, w, n, k, cuda::Sm90Epilogue::kAddToY, &residual), want);  // the guard rows unchanged too
+  }
+}
+
+TEST_F(GpuSm90GemmTest, TheSiluGateGivesTheBitsOfThePlainProductThenTheGateKernel) {
+  uint32_t seed = 600;
+  for (auto [m, n, k] : std::vector<std::tuple<int, int, int>>{{33, 128, 64}, {700, 1536, 256}}) {
+    SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k);
+    cuda::DeviceMemory x = upload(random_bf16(static_cast<size_t>(m) * k, seed)),
+                       w = upload(random_bf16(2 * static_cast<size_t>(n) * k, seed + 1));  // gate rows, then up rows
+    seed += 2;
+    const std::vector<uint16_t> gate_up = run(x, m, w, 2 * n, k, cuda::Sm90Epilogue::kStore);
+    cuda::DeviceMemory product = upload(from_bits(gate_up)), separate = zeros(static_cast<size_t>(m) * n);
+    ASSERT_TRUE(cuda::launch_silu_mul(as_bf16(product), m, n, as_bf16(separate), nullptr).is_ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint16_t> want = bits_of(separate.get(), static_cast<size_t>(m) * n);
+    const std::vector<uint16_t> got = run(x, m, w, n, k, cuda::Sm90Epilogue::kSiluGate);
+    EXPECT_EQ(std::vector<uint16_t>(got.begin(), got.begin() + static_cast<ptrdiff_t>(want.size())), want);
+    for (size_t i = want.size(); i < got.size(); ++i) ASSERT_EQ(got[i], 0xffff) << "written past m: " << i;
+  }
+}
+
+TEST_F(GpuSm90GemmTest, RefusesWhatItCannotTake) {
+  auto memory = cuda::device_alloc(1 << 20, "buffer");
+  ASSERT_TRUE(memory.is_ok());
+  const auto* base = static_cast<const std::byte*>(memory->get());
+  using E = cuda::Sm90Epilogue;
+  EXPECT_TRUE(cuda::gemm_sm90_supports(base, 1, base, 256, 64, base, E::kStore));
+  EXPECT_TRUE(cuda::gemm_sm90_supports(base, 1, base, 128, 64, base, E::kSiluGate));
+  EXPECT_FALSE(cuda::gemm_sm90_supports(base, 1, base, 128, 64, base, E::kStore));    // n not a multiple of 256
+  EXPECT_FALSE(cuda::gemm_sm90_supports(base, 1, base, 64, 64, base, E::kSiluGate));  // nor of 128
+  EXPECT_FALSE(cuda::gemm_sm90_supports(base, 0, base, 256, 64, base, E::kStore));
+  EXPECT_FALSE(cuda::gemm_sm90_supports(base, 1, base, 256, 96, base, E::kStore));  // k not a multiple of 64
+  EXPECT_FALSE(cuda::gemm_sm90_supports(base + 8, 1, base, 256, 64, base, E::kStore));  // misaligned x
+  EXPECT_FALSE(cuda::gemm_sm90_supports(base, 1, base, 256, 64, base + 2, E::kAddToY));  // misaligned y
+  EXPECT_FALSE(cuda::launch_gemm_sm90(reinterpret_cast<const bf16*>(base), 1, reinterpret_cast<const bf16*>(base), 256,
+                                      96, static_cast<bf16*>(memory->get()), E::kStore, nullptr)
+                   .is_ok());
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/radix_cache.h"
+#include "cuda/buffers.h"
 #include "cuda/device.h"
 #include "engine/cpu_model_runner.h"
 #include "engine/cuda_model_runner.h"
@@ -23,6 +24,7 @@
 #include "gpu_test_policy.h"
 #include "memory/cuda_device_kv_pool.h"
 #include "memory/host_kv_pool.h"
+#include "model/cuda/gemm_sm90.h"
 #include "model/cuda_model.h"
 #include "model/loaded_model.h"
 #include "relative_error.h"
@@ -171,6 +173,60 @@ TEST_F(GpuModelTest, MatchesTheCpuBackendAtQwen3HeadDim) {
       relative_error(continued->logits, logit_rows(out->logits, spec.vocab_size, 200, 300));
   std::printf("continuation on a cached 200-token prefix vs one pass: relative error %.2e\n", continuation_error);
   EXPECT_LT(continuation_error, 1e-2);
+}
+
+// Prefill products with the residual adds and the SiLU gate in their
+// epilogues (CudaModelOptions::fused_prefill, on a Hopper GPU): the function
+// of the cuBLAS pass within BF16's rounding, for a fresh prompt and for a
+// batch of a prompt on a cached prefix with a fresh one. The products are
+// another kernel's, so the bits are not the unfused pass's: that they differ
+// shows the epilogue path ran.
+TEST_F(GpuModelTest, PrefillEpiloguesMatchTheCpuBackendAndTheUnfusedPass) {
+  const TinyModel::Spec spec = qwen3_like();  // every product's shape the Hopper kernel takes
+  CudaModelOptions options;
+  options.fused_prefill = true;
+  GpuModel fused(spec, 4096, options), plain(spec, 4096);
+  ASSERT_TRUE(fused.model && fused.l1 && plain.model && plain.l1);
+  {
+    auto probe = cuda::device_alloc(1 << 16, "probe");
+    ASSERT_TRUE(probe.is_ok());
+    if (!cuda::gemm_sm90_supports(probe->get(), 1, probe->get(), 256, 64, probe->get(), cuda::Sm90Epilogue::kStore)) {
+      GTEST_SKIP() << "not a compute capability 9.0 device: no epilogue path to test";
+    }
+  }
+  const std::vector<int32_t> tokens = random_tokens(700, spec.vocab_size, 41);
+  const std::vector<SlotId> slots = iota_slots(tokens.size(), 0);
+  const ModelSequence seq{tokens, slots, 0};
+  auto got = fused.model->forward(*fused.l1, std::span(&seq, 1), LogitsWanted::kAll);
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  auto want = plain.model->forward(*plain.l1, std::span(&seq, 1), LogitsWanted::kAll);
+  ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+  auto cpu_l1 = fused.tiny.pool(4096);
+  auto cpu = cpu_forward(fused.tiny.shape, fused.tiny.weights, *cpu_l1, tokens, slots, 0, /*all_logits=*/true);
+  ASSERT_TRUE(cpu.is_ok());
+  std::printf("700-token prefill with epilogues: relative error %.2e vs CPU, %.2e vs the unfused pass\n",
+              relative_error(got->logits, *cpu), relative_error(got->logits, want->logits));
+  EXPECT_LT(relative_error(got->logits, *cpu), 2e-2);
+  EXPECT_LT(relative_error(got->logits, want->logits), 1e-2);
+  EXPECT_NE(got->logits, want->logits);
+
+  // 600 new tokens on a cached 300-token prefix, batched with a fresh 400-token prompt.
+  const std::vector<int32_t> other = random_tokens(400, spec.vocab_size, 42);
+  const std::vector<SlotId> other_slots = iota_slots(other.size(), 1000);
+  const std::vector<int32_t> longer = random_tokens(900, spec.vocab_size, 43);
+  const std::vector<SlotId> longer_slots = iota_slots(longer.size(), 2000);
+  const ModelSequence prefix{std::span(longer).first(300), std::span(longer_slots).first(300), 0};
+  const std::vector<ModelSequence> batch = {{longer, longer_slots, 300}, {other, other_slots, 0}};
+  std::vector<float> logits[2];
+  for (GpuModel* gpu : {&fused, &plain}) {
+    ASSERT_TRUE(gpu->model->forward(*gpu->l1, std::span(&prefix, 1), LogitsWanted::kNone).is_ok());
+    auto out = gpu->model->forward(*gpu->l1, batch, LogitsWanted::kAll);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    logits[gpu == &plain] = std::move(out->logits);
+  }
+  std::printf("batch of a cached prefix and a fresh prompt: relative error %.2e vs the unfused pass\n",
+              relative_error(logits[0], logits[1]));
+  EXPECT_LT(relative_error(logits[0], logits[1]), 1e-2);
 }
 
 TEST_F(GpuModelTest, BatchesSequencesWithDifferentCachedPrefixes) {

@@ -35,6 +35,12 @@ struct CudaModelOptions {
   // fused step measured 1–6 % slower through CUDA graphs, where the small
   // kernels it saves overlap the products anyway (docs/benchmarks.md).
   bool fused_decode = false;
+  // Prefill passes (at least 256 rows) on a Hopper GPU apply the residual
+  // adds and the SiLU gate in the epilogues of the products before them
+  // (model/cuda/gemm_sm90.h) instead of in kernels of their own
+  // (--enable-fused-prefill). The epilogues keep the separate kernels' bits;
+  // the products are our kernel's, which sums in another order than cuBLAS.
+  bool fused_prefill = false;
 
   // Errors (kInvalidArgument) start with the field's name.
   Status validate() const;

@@ -11,6 +11,11 @@
 // With `algorithms`, the same products (any row count: a prefill's too) on
 // each of cuBLASLt's best-ranked algorithms, to see how far its first
 // choice is from the fastest.
+//
+// With `prefill_rows`, a prefill layer's products instead (run_prefill_gemm_bench):
+// each on cuBLAS and on the Hopper kernel (model/cuda/gemm_sm90.h), alone
+// and with the step after it — the residual add and the norm after o_proj
+// and down, the SiLU gate after gate|up — as a pass runs them either way.
 #pragma once
 
 #include <functional>
@@ -31,6 +36,8 @@ struct GemmBenchOptions {
   // bit for bit: an algorithm that gives other bits could not replace it
   // without changing the model's numerics.
   int algorithms = 0;
+  // A prefill's rows (run_prefill_gemm_bench).
+  std::vector<int> prefill_rows;
 };
 
 struct GemmBenchReport {
@@ -57,5 +64,26 @@ struct GemmBenchReport {
 // Needs a CUDA GPU (kUnavailable otherwise). `progress(done, total)` after each row count.
 Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions& options,
                                        const std::function<void(size_t, size_t)>& progress = nullptr);
+
+struct PrefillGemmBenchReport {
+  std::string gpu;
+  struct Row {
+    int rows = 0;
+    std::string step;  // "qkv", "o_proj + add + norm", "gate_up + silu", "down + add + norm"
+    int n = 0, k = 0;  // the product's (gate_up: n is 2 · intermediate)
+    double cublas_seconds = 0, sm90_seconds = 0;  // the product alone, BF16 out
+    // The product and the step after it: cuBLAS then the separate kernel(s),
+    // against the Hopper kernel with the step in its epilogue (and the norm
+    // after it); qkv has no step (0).
+    double cublas_step_seconds = 0, sm90_step_seconds = 0;
+    double max_abs_difference = 0;  // between the two ways' results (the step's when there is one)
+  };
+  std::vector<Row> rows;
+};
+
+// Needs a Hopper GPU (compute capability 9.0; kUnavailable otherwise) and
+// options.prefill_rows. `progress(done, total)` after each row count.
+Result<PrefillGemmBenchReport> run_prefill_gemm_bench(const GemmBenchOptions& options,
+                                                      const std::function<void(size_t, size_t)>& progress = nullptr);
 
 }  // namespace hiq

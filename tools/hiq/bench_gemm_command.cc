@@ -17,11 +17,70 @@ namespace {
 
 struct GemmBenchFlags {
   std::string rows = "1,8,16,32";
+  std::string prefill;
   GemmBenchOptions options;
   bool json = false;
 };
 
+// --prefill: a prefill layer's products on cuBLAS and on the Hopper kernel,
+// alone and with the step after each (model/gemm_bench.h).
+int run_prefill_gemm_bench_command(GemmBenchFlags& f) {
+  auto rows = parse_integer_list_flag(f.prefill, "--prefill", 1, 65536);
+  if (!rows) return report_error("bench gemm", rows.status());
+  f.options.prefill_rows.assign(rows->begin(), rows->end());
+  if (!(f.options.seconds_per_measurement > 0))
+    return report_error("bench gemm", invalid_argument("--seconds must be positive"));
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  auto report = run_prefill_gemm_bench(f.options, [&](size_t done, size_t total) {
+    std::fprintf(stderr, tty ? "\rhiq bench gemm: %zu/%zu" : "hiq bench gemm: %zu/%zu\n", done, total);
+    if (tty && done == total) std::fputc('\n', stderr);
+  });
+  if (!report) return report_error("bench gemm", report.status());
+  const auto tflops = [](const PrefillGemmBenchReport::Row& r, double seconds) {
+    return 2.0 * r.rows * r.n * static_cast<double>(r.k) / seconds / 1e12;
+  };
+  if (f.json) {
+    nlohmann::json out = {{"gpu", report->gpu}, {"prefill", nlohmann::json::array()}};
+    for (const auto& r : report->rows) {
+      nlohmann::json row = {{"rows", r.rows},
+                            {"step", r.step},
+                            {"n", r.n},
+                            {"k", r.k},
+                            {"cublas_seconds", r.cublas_seconds},
+                            {"sm90_seconds", r.sm90_seconds},
+                            {"sm90_over_cublas_time", r.sm90_seconds / r.cublas_seconds},
+                            {"max_abs_difference", r.max_abs_difference}};
+      if (r.cublas_step_seconds > 0) {
+        row["cublas_step_seconds"] = r.cublas_step_seconds;
+        row["sm90_step_seconds"] = r.sm90_step_seconds;
+        row["sm90_over_cublas_step_time"] = r.sm90_step_seconds / r.cublas_step_seconds;
+      }
+      out["prefill"].push_back(std::move(row));
+    }
+    std::cout << out.dump(2) << '\n';
+    return 0;
+  }
+  std::cout << report->gpu << ": a prefill layer's products on cuBLAS and on our Hopper kernel; with the step after "
+               "each: cuBLAS then the separate kernels, against ours with the step in its epilogue (then the norm)\n\n";
+  Table table({"rows", "step", "n × k", "cuBLAS µs", "TFLOP/s", "ours µs", "TFLOP/s", "ours ÷ cuBLAS",
+               "with step: cuBLAS µs", "ours µs", "ours ÷ cuBLAS", "max |diff|"});
+  for (const auto& r : report->rows) {
+    const bool step = r.cublas_step_seconds > 0;
+    table.add_row({std::to_string(r.rows), r.step, std::to_string(r.n) + " × " + std::to_string(r.k),
+                   format_fixed(r.cublas_seconds * 1e6, 1), format_fixed(tflops(r, r.cublas_seconds), 0),
+                   format_fixed(r.sm90_seconds * 1e6, 1), format_fixed(tflops(r, r.sm90_seconds), 0),
+                   format_fixed(r.sm90_seconds / r.cublas_seconds, 3),
+                   step ? format_fixed(r.cublas_step_seconds * 1e6, 1) : "—",
+                   step ? format_fixed(r.sm90_step_seconds * 1e6, 1) : "—",
+                   step ? format_fixed(r.sm90_step_seconds / r.cublas_step_seconds, 3) : "—",
+                   format_fixed(r.max_abs_difference, 4)});
+  }
+  table.print(std::cout);
+  return 0;
+}
+
 int run_gemm_bench_command(GemmBenchFlags& f) {
+  if (!f.prefill.empty()) return run_prefill_gemm_bench_command(f);
   auto rows = parse_integer_list_flag(f.rows, "--rows", 1, 4096);
   if (!rows) return report_error("bench gemm", rows.status());
   f.options.rows.assign(rows->begin(), rows->end());
@@ -97,6 +156,9 @@ std::function<int()> add_bench_gemm_command(CLI::App& bench) {
   CLI::App* app = bench.add_subcommand(
       "gemm", "A decode step's matrix products on cuBLASLt and on the skinny kernel, against a device copy");
   app->add_option("--rows", f->rows, "Comma-separated rows of x (the decode batch)")->capture_default_str();
+  app->add_option("--prefill", f->prefill,
+                  "Instead: comma-separated prompt lengths; a prefill layer's products on cuBLAS and on the Hopper "
+                  "kernel, alone and with the residual add or SiLU gate after each (compute capability 9.0)");
   app->add_option("--algorithms", f->options.algorithms,
                   "Also time cuBLASLt's N best-ranked algorithms for each product, and compare their bits")
       ->capture_default_str()

@@ -23,6 +23,10 @@ inline void add_cuda_graph_flags(CLI::App* app, CudaModelOptions& options) {
       "--enable-fused-decode", [o] { o->fused_decode = true; },
       "--device cuda: run a decode step's norms, residual adds and SiLU inside its matrix products instead of as "
       "kernels of their own (same tokens; slower through CUDA graphs on the H200)");
+  app->add_flag_callback(
+      "--enable-fused-prefill", [o] { o->fused_prefill = true; },
+      "--device cuda on a Hopper GPU: run a prefill's residual adds and SiLU gate in the epilogues of its matrix "
+      "products (our kernel instead of cuBLAS for those products)");
 }
 
 // CudaModelOptions::validate(), naming the flags.

@@ -27,7 +27,6 @@
 //
 // Built only for sm_90a (its own target in src/CMakeLists.txt); on any other
 // device code path the kernel body is empty and the launcher is never chosen.
-#include <cuda.h>  // CUtensorMap and its enums only: the encoder comes through the runtime
 #include <cuda_bf16.h>
 
 #include <cfloat>
@@ -37,11 +36,13 @@
 #include "cuda/kernel_attributes.cuh"
 #include "model/cuda/attention.h"
 #include "model/cuda/attention_device.cuh"
+#include "model/cuda/sm90.cuh"
 
 namespace hiq::cuda {
 namespace {
 
 using namespace attention_device;
+using namespace sm90;
 
 constexpr int kD = 128;         // head_dim
 constexpr int kRows = 128;      // rows per block: two warpgroups of 64
@@ -60,27 +61,12 @@ constexpr int kSmemBytes = kQBytes + kStages * kStageBytes + (3 * kStages + 1) *
 // (P is 0 there, but 0 · inf would not be).
 constexpr int kStagingPad = kTile;
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define HIQ_SM90A_DEVICE 1
-#endif
-
 // Byte offset of (row, 16-byte chunk) in a swizzled tile of `rows` rows.
 __device__ __forceinline__ uint32_t swizzled(int rows, int row, int chunk) {
   return static_cast<uint32_t>((chunk / 8) * rows * kPanelBytes + row * kPanelBytes + (((chunk % 8) ^ (row % 8)) << 4));
 }
 
-// A shared-memory matrix descriptor for a 128-byte-swizzled operand: start
-// address, leading and stride byte offsets (in 16-byte units), swizzle mode 1.
-__device__ __forceinline__ uint64_t descriptor(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
-  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16 |
-         static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32 | uint64_t{1} << 62;
-}
-
 #ifdef HIQ_SM90A_DEVICE
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-
 // The 64 FP32 accumulator registers of an m64n128 product, as asm operands.
 #define HIQ_ACC8(d, i) \
   "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
@@ -151,36 +137,6 @@ __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
 }
 
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-// One box of a 3-D tensor map (head-dim element, KV head, staged row) into
-// shared memory, counted against `bar`'s expected bytes.
-__device__ __forceinline__ void bulk_copy_3d(uint32_t dst, const CUtensorMap& map, int c0, int c1, int c2,
-                                             uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
-          "r"(dst),
-      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-
 // A K or V tile of staged rows [row, row + kTile) of `kv_head`: two boxes of
 // 64 head-dim elements, one per swizzled panel.
 __device__ __forceinline__ void bulk_copy_tile(uint32_t tile, const CUtensorMap& map, int kv_head, int row,
@@ -188,13 +144,6 @@ __device__ __forceinline__ void bulk_copy_tile(uint32_t tile, const CUtensorMap&
   mbarrier_expect_bytes(bar, kKvBytes);
   bulk_copy_3d(tile, map, 0, kv_head, row, bar);
   bulk_copy_3d(tile + kTile * kPanelBytes, map, 64, kv_head, row, bar);
-}
-
-// Pins accumulator registers at this point of the program: the compiler may
-// not move their reads above a wgmma wait, nor their writes below an issue.
-__device__ __forceinline__ void fence_registers(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // S = Q·Kᵀ for the warpgroup's 64 rows (q0: the descriptor of its Q rows,
@@ -361,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbarrier_init(q_full, kThreads);
     // The bulk copies complete on these barriers through the async proxy.
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbarrier_init_fence();
   }
   __syncthreads();
   if (producer) {
@@ -558,23 +507,6 @@ int64_t staged_rows(const AttentionArgs& a) {
   return static_cast<int64_t>(a.context_entries) + static_cast<int64_t>(a.num_sequences) * kStagingPad;
 }
 
-// cuTensorMapEncodeTiled from the driver, through the runtime (no link to libcuda).
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-Result<EncodeTiled> encode_tiled() {
-  static void* function = nullptr;
-  static const cudaError_t found = [] {
-    cudaDriverEntryPointQueryResult result{};
-    const cudaError_t e =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &result);
-    return e == cudaSuccess && result != cudaDriverEntryPointSuccess ? cudaErrorNotSupported : e;
-  }();
-  HIQ_CUDA_RETURN_IF_ERROR(found);
-  return reinterpret_cast<EncodeTiled>(function);
-}
-
 // The tensor map of one staged plane: [row][kv_head][head_dim] BF16, boxes of
 // 64 head-dim elements × 1 head × kTile rows, 128-byte swizzled.
 Result<CUtensorMap> staged_plane_map(void* plane, const AttentionArgs& a) {
@@ -601,6 +533,18 @@ Status launch_kernel(const AttentionArgs& a, const CUtensorMap& k_map, const CUt
 }
 
 }  // namespace
+
+Result<EncodeTiled> encode_tiled() {
+  static void* function = nullptr;
+  static const cudaError_t found = [] {
+    cudaDriverEntryPointQueryResult result{};
+    const cudaError_t e =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &result);
+    return e == cudaSuccess && result != cudaDriverEntryPointSuccess ? cudaErrorNotSupported : e;
+  }();
+  HIQ_CUDA_RETURN_IF_ERROR(found);
+  return reinterpret_cast<EncodeTiled>(function);
+}
 
 bool attention_sm90_supports(const AttentionArgs& a) {
   return a.head_dim == kD && a.splits == 1 && a.heads % a.kv_heads == 0;

@@ -31,6 +31,7 @@
 #include "model/cuda/attention.h"
 #include "model/cuda/decode_graphs.h"
 #include "model/cuda/gemm.h"
+#include "model/cuda/gemm_sm90.h"
 #include "model/cuda/model_kernels.h"
 #include "model/cuda/stage_marks.h"
 #include "model/cuda_model.h"
@@ -135,6 +136,11 @@ size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 // 1.012–1.025× slower with it on an H100 (docs/benchmarks.md, "Decode on
 // the H100"); without counters the separate kernel runs.
 constexpr bool kInKernelSplitCombine = false;
+
+// The fewest rows a product takes the Hopper kernel's epilogues at
+// (CudaModelOptions::fused_prefill): its tiles are 128 rows, so below this
+// they would be mostly padding, where cuBLAS picks narrower tiles.
+constexpr int kEpilogueRows = 256;
 
 PassLayout layout_of(const PassShape& p, size_t context) {
   PassLayout l;
@@ -555,6 +561,19 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
   // all-reduces must have the same rows.
   int live = tokens;
   const bool wanted_rows_only = !reduce_;
+  // With CudaModelOptions::fused_prefill, a prefill-sized product applies
+  // the step after it (the residual add, the SiLU gate) before it stores,
+  // on the Hopper kernel (gemm_sm90.h), where that takes the shape. Not on
+  // a tensor-parallel rank, whose partial products are all-reduced before
+  // any add.
+  const bool epilogues = options_.fused_prefill && !reduce_ && !fused;
+  const auto in_epilogue = [&](const bf16* in, int m, const cuda::DeviceMemory& w, int n, int k, const bf16* out,
+                               cuda::Sm90Epilogue epilogue) {
+    return epilogues && m >= kEpilogueRows && cuda::gemm_sm90_supports(in, m, w.get(), n, k, out, epilogue);
+  };
+  // What the next norm adds into the residual stream first: the last
+  // product's output, unless that product added itself.
+  const bf16* pending = nullptr;
   const auto normalized_by = [&](const cuda::DeviceMemory& norm) {
     cuda::SkinnyFusion f;
     f.norm_weight = static_cast<const bf16*>(norm.get());
@@ -572,9 +591,8 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
                                            normalized_by(w.input_norm)));
     } else {
       HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
-      HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, layer == 0 ? nullptr : delta,
-                                                    static_cast<const bf16*>(w.input_norm.get()), tokens, hidden,
-                                                    s.rms_norm_eps, normed, stream));
+      HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, pending, static_cast<const bf16*>(w.input_norm.get()), tokens,
+                                                    hidden, s.rms_norm_eps, normed, stream));
       HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
       HIQ_RETURN_IF_ERROR(
           gemm(normed, tokens, static_cast<const bf16*>(w.qkv.get()), qkv_out, hidden, qkv, CUDA_R_16BF));
@@ -643,13 +661,23 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
       live = logit_rows;
     }
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
-    HIQ_RETURN_IF_ERROR(
-        gemm(attended, live, static_cast<const bf16*>(w.o_proj.get()), hidden, q_out, delta, CUDA_R_16BF));
-    HIQ_RETURN_IF_ERROR(reduce(delta, live));
+    if (!w.o_bias && in_epilogue(attended, live, w.o_proj, hidden, q_out, x, cuda::Sm90Epilogue::kAddToY)) {
+      HIQ_RETURN_IF_ERROR(cuda::launch_gemm_sm90(attended, live, static_cast<const bf16*>(w.o_proj.get()), hidden,
+                                                 q_out, x, cuda::Sm90Epilogue::kAddToY, stream));
+      pending = nullptr;
+    } else {
+      HIQ_RETURN_IF_ERROR(
+          gemm(attended, live, static_cast<const bf16*>(w.o_proj.get()), hidden, q_out, delta, CUDA_R_16BF));
+      HIQ_RETURN_IF_ERROR(reduce(delta, live));
+      if (w.o_bias) {
+        HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
+        HIQ_RETURN_IF_ERROR(
+            cuda::launch_add_bias(delta, static_cast<const bf16*>(w.o_bias.get()), live, hidden, stream));
+      }
+      pending = delta;
+    }
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
-    if (w.o_bias) HIQ_RETURN_IF_ERROR(cuda::launch_add_bias(delta, static_cast<const bf16*>(w.o_bias.get()), live,
-                                                            hidden, stream));
-    HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, delta, static_cast<const bf16*>(w.post_norm.get()), live, hidden,
+    HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, pending, static_cast<const bf16*>(w.post_norm.get()), live, hidden,
                                                   s.rms_norm_eps, normed, stream));
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
     if (gate_in_product(live) && cuda::skinny_gemm_supports(normed, live, w.gate_up.get(), hidden,
@@ -658,6 +686,9 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
       gate.silu_gate = true;
       HIQ_RETURN_IF_ERROR(gemms_.run_fused(normed, live, static_cast<const bf16*>(w.gate_up.get()), inter, hidden,
                                            act_.as<bf16>(), gate));
+    } else if (in_epilogue(normed, live, w.gate_up, inter, hidden, act_.as<bf16>(), cuda::Sm90Epilogue::kSiluGate)) {
+      HIQ_RETURN_IF_ERROR(cuda::launch_gemm_sm90(normed, live, static_cast<const bf16*>(w.gate_up.get()), inter,
+                                                 hidden, act_.as<bf16>(), cuda::Sm90Epilogue::kSiluGate, stream));
     } else {
       HIQ_RETURN_IF_ERROR(gemm(normed, live, static_cast<const bf16*>(w.gate_up.get()), 2 * inter, hidden,
                                gate_up_.as<bf16>(), CUDA_R_16BF));
@@ -665,13 +696,20 @@ Status CudaModelImpl::enqueue(DeviceKvPool& l1, const PassShape& p, const PassLa
       HIQ_RETURN_IF_ERROR(cuda::launch_silu_mul(gate_up_.as<bf16>(), live, inter, act_.as<bf16>(), stream));
     }
     HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kGemm));
-    HIQ_RETURN_IF_ERROR(
-        gemm(act_.as<bf16>(), live, static_cast<const bf16*>(w.down.get()), hidden, inter, delta, CUDA_R_16BF));
-    HIQ_RETURN_IF_ERROR(reduce(delta, live));
+    if (in_epilogue(act_.as<bf16>(), live, w.down, hidden, inter, x, cuda::Sm90Epilogue::kAddToY)) {
+      HIQ_RETURN_IF_ERROR(cuda::launch_gemm_sm90(act_.as<bf16>(), live, static_cast<const bf16*>(w.down.get()), hidden,
+                                                 inter, x, cuda::Sm90Epilogue::kAddToY, stream));
+      pending = nullptr;
+    } else {
+      HIQ_RETURN_IF_ERROR(
+          gemm(act_.as<bf16>(), live, static_cast<const bf16*>(w.down.get()), hidden, inter, delta, CUDA_R_16BF));
+      HIQ_RETURN_IF_ERROR(reduce(delta, live));
+      pending = delta;
+    }
   }
   HIQ_RETURN_IF_ERROR(mark(cuda::Stage::kNormElementwise));
-  HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, fused ? nullptr : delta, static_cast<const bf16*>(final_norm_.get()),
-                                                live, hidden, s.rms_norm_eps, normed, stream));
+  HIQ_RETURN_IF_ERROR(cuda::launch_add_rms_norm(x, pending, static_cast<const bf16*>(final_norm_.get()), live, hidden,
+                                                s.rms_norm_eps, normed, stream));
   // The LM head's input: the wanted rows, unless the last layer kept only those.
   const bf16* head_input = normed;
   if (live > logit_rows) {

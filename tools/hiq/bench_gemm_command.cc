@@ -22,6 +22,14 @@ struct GemmBenchFlags {
   bool json = false;
 };
 
+// "hiq bench gemm: done/total" on stderr, in place on a terminal.
+std::function<void(size_t, size_t)> progress_on_stderr() {
+  return [tty = isatty(STDERR_FILENO) != 0](size_t done, size_t total) {
+    std::fprintf(stderr, tty ? "\rhiq bench gemm: %zu/%zu" : "hiq bench gemm: %zu/%zu\n", done, total);
+    if (tty && done == total) std::fputc('\n', stderr);
+  };
+}
+
 // --prefill: a prefill layer's products on cuBLAS and on the Hopper kernel,
 // alone and with the step after each (model/gemm_bench.h).
 int run_prefill_gemm_bench_command(GemmBenchFlags& f) {
@@ -30,11 +38,7 @@ int run_prefill_gemm_bench_command(GemmBenchFlags& f) {
   f.options.prefill_rows.assign(rows->begin(), rows->end());
   if (!(f.options.seconds_per_measurement > 0))
     return report_error("bench gemm", invalid_argument("--seconds must be positive"));
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  auto report = run_prefill_gemm_bench(f.options, [&](size_t done, size_t total) {
-    std::fprintf(stderr, tty ? "\rhiq bench gemm: %zu/%zu" : "hiq bench gemm: %zu/%zu\n", done, total);
-    if (tty && done == total) std::fputc('\n', stderr);
-  });
+  auto report = run_prefill_gemm_bench(f.options, progress_on_stderr());
   if (!report) return report_error("bench gemm", report.status());
   const auto tflops = [](const PrefillGemmBenchReport::Row& r, double seconds) {
     return 2.0 * r.rows * r.n * static_cast<double>(r.k) / seconds / 1e12;
@@ -86,11 +90,7 @@ int run_gemm_bench_command(GemmBenchFlags& f) {
   f.options.rows.assign(rows->begin(), rows->end());
   if (!(f.options.seconds_per_measurement > 0))
     return report_error("bench gemm", invalid_argument("--seconds must be positive"));
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  auto report = run_gemm_bench(f.options, [&](size_t done, size_t total) {
-    std::fprintf(stderr, tty ? "\rhiq bench gemm: %zu/%zu" : "hiq bench gemm: %zu/%zu\n", done, total);
-    if (tty && done == total) std::fputc('\n', stderr);
-  });
+  auto report = run_gemm_bench(f.options, progress_on_stderr());
   if (!report) return report_error("bench gemm", report.status());
 
   // The rate a product streams its weights at (BF16, read once).

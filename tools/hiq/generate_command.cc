@@ -18,6 +18,7 @@
 #include "server/model_files.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/hiq/commands.h"
+#include "tools/hiq/cuda_graph_flags.h"
 #include "tools/hiq/list_flag.h"
 #include "tools/hiq/table.h"
 
@@ -32,6 +33,7 @@ struct GenerateFlags {
   int max_new_tokens = 16;
   int logprobs = 0;
   std::string logits_out;
+  CudaModelOptions cuda;
   bool json = false;
 };
 
@@ -45,7 +47,8 @@ using StepFn = std::function<Result<Step>(std::span<const int32_t> tokens, std::
                                           size_t first_new)>;
 
 // The forward pass of `device` over `m`, with an L1 pool of `slots` tokens.
-Result<StepFn> make_step(const LoadedModel& m, const std::string& device, size_t slots, bool want_logits) {
+Result<StepFn> make_step(const LoadedModel& m, const std::string& device, const CudaModelOptions& options, size_t slots,
+                         bool want_logits) {
   if (device == "cpu") {
     HIQ_ASSIGN_OR_RETURN(std::shared_ptr<DeviceKvPool> l1, make_host_memory_device_pool(m.config().kv_geometry(), slots));
     return StepFn([&m, l1](std::span<const int32_t> tokens, std::span<const SlotId> s, size_t first_new) -> Result<Step> {
@@ -55,7 +58,7 @@ Result<StepFn> make_step(const LoadedModel& m, const std::string& device, size_t
     });
   }
   if (device != "cuda") return invalid_argument("--device must be cpu or cuda");
-  HIQ_ASSIGN_OR_RETURN(std::shared_ptr<CudaModel> model, make_cuda_model(m.shape(), m.weights()));
+  HIQ_ASSIGN_OR_RETURN(std::shared_ptr<CudaModel> model, make_cuda_model(m.shape(), m.weights(), options));
   HIQ_ASSIGN_OR_RETURN(std::shared_ptr<DeviceKvPool> l1, make_cuda_device_kv_pool(m.config().kv_geometry(), slots));
   return StepFn([model, l1, want_logits](std::span<const int32_t> tokens, std::span<const SlotId> s,
                                          size_t first_new) -> Result<Step> {
@@ -97,6 +100,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model_dir) 
 int run_generate(const GenerateFlags& f) {
   if (f.max_new_tokens < 1) return report_error("generate", invalid_argument("--max-new-tokens must be positive"));
   if (f.logprobs < 0) return report_error("generate", invalid_argument("--logprobs must not be negative"));
+  if (const Status s = check_cuda_graph_flags(f.cuda); !s.is_ok()) return report_error("generate", s);
   if (f.prompt.empty() == f.prompt_ids.empty())
     return report_error("generate", invalid_argument("give the prompt as --prompt TEXT or as --prompt-ids 1,2,3"));
   // A text prompt goes through the model directory's tokenizer.json, and the
@@ -132,7 +136,7 @@ int run_generate(const GenerateFlags& f) {
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> close_logits(logits_file, [](std::FILE* p) {
     return p != nullptr ? std::fclose(p) : 0;
   });
-  auto step_fn = make_step(m, f.device, total, f.logprobs > 0 || logits_file != nullptr);
+  auto step_fn = make_step(m, f.device, f.cuda, total, f.logprobs > 0 || logits_file != nullptr);
   if (!step_fn) return report_error("generate", step_fn.status());
   std::vector<SlotId> slots(total);
   std::iota(slots.begin(), slots.end(), 0u);
@@ -203,6 +207,7 @@ Subcommand add_generate_command(CLI::App& parent) {
   app->add_option("--logprobs", f->logprobs, "Top-K log-probabilities at each step")->capture_default_str();
   app->add_option("--logits-out", f->logits_out,
                   "Write each step's logits to FILE (float32, [steps][vocab], little-endian)");
+  add_cuda_graph_flags(app, f->cuda);
   app->add_flag("--json", f->json, "Print JSON: {\"output_ids\": [...], \"logprobs\": [[[id, logprob], ...], ...]}");
   return {app, [f] { return run_generate(*f); }};
 }

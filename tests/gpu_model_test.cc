@@ -178,9 +178,10 @@ TEST_F(GpuModelTest, MatchesTheCpuBackendAtQwen3HeadDim) {
 // Prefill products with the residual adds and the SiLU gate in their
 // epilogues (CudaModelOptions::fused_prefill, on a Hopper GPU): the function
 // of the cuBLAS pass within BF16's rounding, for a fresh prompt and for a
-// batch of a prompt on a cached prefix with a fresh one. The products are
-// another kernel's, so the bits are not the unfused pass's: that they differ
-// shows the epilogue path ran.
+// batch of a prompt on a cached prefix with a fresh one. (On an H100 the
+// Hopper kernel's products came out the bits of cuBLAS's at these shapes —
+// both sum k in order on the same instruction — so the passes may agree to
+// the bit; the kernel tests in gpu_gemm_test.cc show the epilogues run.)
 TEST_F(GpuModelTest, PrefillEpiloguesMatchTheCpuBackendAndTheUnfusedPass) {
   const TinyModel::Spec spec = qwen3_like();  // every product's shape the Hopper kernel takes
   CudaModelOptions options;
@@ -208,7 +209,6 @@ TEST_F(GpuModelTest, PrefillEpiloguesMatchTheCpuBackendAndTheUnfusedPass) {
               relative_error(got->logits, *cpu), relative_error(got->logits, want->logits));
   EXPECT_LT(relative_error(got->logits, *cpu), 2e-2);
   EXPECT_LT(relative_error(got->logits, want->logits), 1e-2);
-  EXPECT_NE(got->logits, want->logits);
 
   // 600 new tokens on a cached 300-token prefix, batched with a fresh 400-token prompt.
   const std::vector<int32_t> other = random_tokens(400, spec.vocab_size, 42);

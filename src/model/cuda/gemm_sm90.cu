@@ -111,15 +111,24 @@ __device__ __forceinline__ void store_tile(const float (&d)[128], const GemmArgs
             silu_times(round_to_bf16(d[gate + 1]), round_to_bf16(d[up + 1])));
       }
     } else {
+      // kAddToY reads y a batch ahead of its stores: a load after a store
+      // to the same array would wait for it (they might alias).
+      constexpr int kBatch = 16;
 #pragma unroll
-      for (int j = 0; j < kTileCols / 8; ++j) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-        auto* y = reinterpret_cast<__nv_bfloat162*>(out + 8 * j);
+      for (int j0 = 0; j0 < kTileCols / 8; j0 += kBatch) {
+        __nv_bfloat162 old[kBatch];
         if constexpr (kEpilogue == Sm90Epilogue::kAddToY) {
-          const __nv_bfloat162 old = *y;
-          v = __floats2bfloat162_rn(__low2float(old) + __low2float(v), __high2float(old) + __high2float(v));
+#pragma unroll
+          for (int b = 0; b < kBatch; ++b) old[b] = *reinterpret_cast<const __nv_bfloat162*>(out + 8 * (j0 + b));
         }
-        *y = v;
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int j = j0 + b;
+          __nv_bfloat162 v = __floats2bfloat162_rn(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+          if constexpr (kEpilogue == Sm90Epilogue::kAddToY)
+            v = __floats2bfloat162_rn(__low2float(old[b]) + __low2float(v), __high2float(old[b]) + __high2float(v));
+          *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) = v;
+        }
       }
     }
   }

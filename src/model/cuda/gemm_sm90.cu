@@ -7,7 +7,6 @@
 #include "model/cuda/gemm_sm90.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -28,8 +27,6 @@ constexpr int kTileCols = 256;  // product columns (rows of w) per tile
 constexpr int kSlice = 64;      // k per stage: one 128-byte swizzled row
 constexpr int kStages = 4;
 constexpr int kThreads = 384;   // the producer warpgroup, then two consumers
-constexpr int kConsumerWarps = 8;
-constexpr int kCluster = 2;     // blocks that share w's tile (two row tiles, one column tile)
 constexpr int kGroupRows = 16;  // row tiles walked together (L2 reuse)
 constexpr int kXBytes = kTileRows * kSlice * 2;            // 16 KB
 constexpr int kWBoxRows = kTileCols / 2;                   // w comes in two boxes of 128 rows
@@ -52,11 +49,10 @@ struct Tile {
   int row, col;
 };
 __device__ __forceinline__ Tile tile_at(int tile, int row_tiles, int col_tiles) {
-  constexpr int kGroup = kGroupRows / kCluster;  // in units of a cluster's rows
-  const int group = tile / (kGroup * col_tiles);
-  const int first_row = group * kGroup;
-  const int rows_in_group = min(kGroup, row_tiles - first_row);
-  const int local = tile - group * kGroup * col_tiles;
+  const int group = tile / (kGroupRows * col_tiles);
+  const int first_row = group * kGroupRows;
+  const int rows_in_group = min(kGroupRows, row_tiles - first_row);
+  const int local = tile - group * kGroupRows * col_tiles;
   return {first_row + local % rows_in_group, local / rows_in_group};
 }
 
@@ -144,25 +140,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t full = base + kStages * kStageBytes, empty = full + kStages * 8;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full + 8 * s, 1);  // the producer's arrival, then the copies' bytes
-      // Every consumer warp of the cluster: a stage's w boxes go to both blocks.
-      mbarrier_init(empty + 8 * s, kCluster * kConsumerWarps);
+      mbarrier_init(full + 8 * s, 1);                  // the producer's arrival, then the copies' bytes
+      mbarrier_init(empty + 8 * s, kThreads - 128);    // every consumer thread
     }
     mbarrier_init_fence();
   }
-  cluster_sync();  // no copy or arrival reaches a block before its barriers exist
+  __syncthreads();
 
-  // A cluster's turn is a unit of kCluster row tiles × one column tile; the
-  // block of rank r takes the unit's r-th row tile (past m: zeros in, nothing out).
-  const int rank = static_cast<int>(cluster_rank());
   const int row_tiles = (g.m + kTileRows - 1) / kTileRows, col_tiles = g.n / out_cols(kEpilogue);
-  const int row_units = (row_tiles + kCluster - 1) / kCluster, units = row_units * col_tiles;
-  const int first_unit = static_cast<int>(blockIdx.x) / kCluster, unit_step = static_cast<int>(gridDim.x) / kCluster;
-  const auto tile_of = [&](int unit) {
-    const Tile u = tile_at(unit, row_units, col_tiles);
-    return Tile{u.row * kCluster + rank, u.col};
-  };
-  const int slices = g.k / kSlice;
+  const int tiles = row_tiles * col_tiles, slices = g.k / kSlice;
   const int warpgroup = threadIdx.x / 128;
   // Turn i of the ring (counted over the block's tiles) uses stage i mod
   // kStages, in that stage's (i / kStages)-th phase.
@@ -172,67 +158,55 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     // The producer: one thread issues every copy. (No register hand-over
     // between the warpgroups: at 168 a thread, a consumer's 128
-    // accumulators and its addresses fit without spilling.) A stage is its
-    // block's x box and w's two boxes, of which each block of the pair
-    // loads one into both.
-    if (threadIdx.x == 0) {
-      int turn = 0;
-      for (int unit = first_unit; unit < units; unit += unit_step) {
-        const Tile t = tile_of(unit);
-        // w's two boxes: the tile's 256 rows, or the gate's 128 and the up projection's 128.
-        const int w_row0 = t.col * out_cols(kEpilogue);
-        const int w_row1 = kEpilogue == Sm90Epilogue::kSiluGate ? g.n + w_row0 : w_row0 + kWBoxRows;
-        const int w_row = rank == 0 ? w_row0 : w_row1;
-        for (int s = 0; s < slices; ++s, ++turn) {
-          const uint32_t stage = stage_of(turn), bar = full + 8 * stage, dst = base + stage * kStageBytes;
-          mbarrier_wait(empty + 8 * stage, phase_of(turn) ^ 1);  // free in both blocks
-          mbarrier_expect_bytes(bar, kStageBytes);  // rows past m come as zeros, and count
-          bulk_copy_2d(dst, x_map, s * kSlice, t.row * kTileRows, bar);
-          bulk_copy_2d_multicast(dst + kXBytes + rank * kWBoxBytes, w_map, s * kSlice, w_row, bar,
-                                 (1u << kCluster) - 1);
-        }
-      }
-    }
-  } else {
-    const int consumer = warpgroup - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    // A stage is free once this warp's products on it are done: lane 0 says
-    // so to both blocks, whose producers fill it.
-    const auto release = [&](uint32_t stage) {
-      __syncwarp();
-      if (lane == 0)
-        for (int r = 0; r < kCluster; ++r) mbarrier_arrive_in(empty + 8 * stage, static_cast<uint32_t>(r));
-    };
-    float d[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.f;
+    // accumulators and its addresses fit without spilling.)
+    if (threadIdx.x != 0) return;
     int turn = 0;
-    for (int unit = first_unit; unit < units; unit += unit_step) {
-      const Tile t = tile_of(unit);
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const Tile t = tile_at(tile, row_tiles, col_tiles);
+      // w's two boxes: the tile's 256 rows, or the gate's 128 and the up projection's 128.
+      const int w_row0 = t.col * out_cols(kEpilogue);
+      const int w_row1 = kEpilogue == Sm90Epilogue::kSiluGate ? g.n + w_row0 : w_row0 + kWBoxRows;
       for (int s = 0; s < slices; ++s, ++turn) {
-        const uint32_t stage = stage_of(turn), x_tile = base + stage * kStageBytes;
-        mbarrier_wait(full + 8 * stage, phase_of(turn));
-        // This warpgroup's 64 rows of x, and w's 256; a step of 16 in k is 32
-        // bytes into the swizzled rows (2 in the descriptor's address field).
-        const uint64_t a = descriptor(x_tile + consumer * 64 * 128, 16, 1024);
-        const uint64_t b = descriptor(x_tile + kXBytes, 16, 1024);
-        fence_registers(d);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kSlice / 16; ++kk) wgmma_m64n256(d, a + 2 * kk, b + 2 * kk, s > 0 || kk > 0);
-        wgmma_commit();
-        // The slice before this one is multiplied: its stage may be refilled.
-        wgmma_wait<1>();
-        fence_registers(d);
-        if (s > 0) release(stage_of(turn - 1));
+        const uint32_t stage = stage_of(turn), bar = full + 8 * stage, dst = base + stage * kStageBytes;
+        mbarrier_wait(empty + 8 * stage, phase_of(turn) ^ 1);
+        mbarrier_expect_bytes(bar, kStageBytes);  // rows past m come as zeros, and count
+        bulk_copy_2d(dst, x_map, s * kSlice, t.row * kTileRows, bar);
+        bulk_copy_2d(dst + kXBytes, w_map, s * kSlice, w_row0, bar);
+        bulk_copy_2d(dst + kXBytes + kWBoxBytes, w_map, s * kSlice, w_row1, bar);
       }
-      wgmma_wait_all();
-      fence_registers(d);
-      release(stage_of(turn - 1));
-      store_tile<kEpilogue>(d, g, t, t.row * kTileRows + consumer * 64 + warp * 16 + lane / 4, lane);
     }
+    return;
   }
-  // No block leaves while its pair may still copy into it or arrive on its barriers.
-  cluster_sync();
+
+  const int consumer = warpgroup - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  float d[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.f;
+  int turn = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const Tile t = tile_at(tile, row_tiles, col_tiles);
+    for (int s = 0; s < slices; ++s, ++turn) {
+      const uint32_t stage = stage_of(turn), x_tile = base + stage * kStageBytes;
+      mbarrier_wait(full + 8 * stage, phase_of(turn));
+      // This warpgroup's 64 rows of x, and w's 256; a step of 16 in k is 32
+      // bytes into the swizzled rows (2 in the descriptor's address field).
+      const uint64_t a = descriptor(x_tile + consumer * 64 * 128, 16, 1024);
+      const uint64_t b = descriptor(x_tile + kXBytes, 16, 1024);
+      fence_registers(d);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kSlice / 16; ++kk) wgmma_m64n256(d, a + 2 * kk, b + 2 * kk, s > 0 || kk > 0);
+      wgmma_commit();
+      // The slice before this one is multiplied: its stage may be refilled.
+      wgmma_wait<1>();
+      fence_registers(d);
+      if (s > 0) mbarrier_arrive(empty + 8 * stage_of(turn - 1));
+    }
+    wgmma_wait_all();
+    fence_registers(d);
+    mbarrier_arrive(empty + 8 * stage_of(turn - 1));
+    store_tile<kEpilogue>(d, g, t, t.row * kTileRows + consumer * 64 + warp * 16 + lane / 4, lane);
+  }
 #endif
 }
 
@@ -263,52 +237,14 @@ int hopper_multiprocessors() {
   return major == 9 && minor == 0 ? count : 0;
 }
 
-// A launch of the kernel in clusters of kCluster blocks, `clusters` of them.
 template <Sm90Epilogue kEpilogue>
-struct ClusterLaunch {
-  cudaLaunchAttribute attribute{};
-  cudaLaunchConfig_t config{};
-  ClusterLaunch(int clusters, cudaStream_t stream) {
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = kCluster;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kSmemBytes;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-  }
-};
-
-// How many clusters of the kernel run at once on this device: a persistent
-// grid of more would leave the rest to start when the first finish. Asked
-// once per device.
-template <Sm90Epilogue kEpilogue>
-Result<int> resident_clusters() {
-  static std::atomic<int> known[64] = {};
-  int device = 0;
-  HIQ_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  if (device >= 0 && device < 64 && known[device].load(std::memory_order_relaxed) > 0) return known[device].load();
-  const ClusterLaunch<kEpilogue> probe(1, nullptr);
-  int clusters = 0;
-  HIQ_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveClusters(&clusters, gemm_sm90_kernel<kEpilogue>, &probe.config));
-  if (clusters < 1) return internal_error("gemm_sm90: no cluster of the kernel fits on this device");
-  if (device >= 0 && device < 64) known[device].store(clusters, std::memory_order_relaxed);
-  return clusters;
-}
-
-template <Sm90Epilogue kEpilogue>
-Status launch(const GemmArgs& g, const CUtensorMap& x_map, const CUtensorMap& w_map, cudaStream_t stream) {
+Status launch(const GemmArgs& g, const CUtensorMap& x_map, const CUtensorMap& w_map, int multiprocessors,
+              cudaStream_t stream) {
   HIQ_RETURN_IF_ERROR(allow_dynamic_shared_memory<gemm_sm90_kernel<kEpilogue>>(kSmemBytes));
-  HIQ_ASSIGN_OR_RETURN(const int resident, resident_clusters<kEpilogue>());
-  const int row_units = ((g.m + kTileRows - 1) / kTileRows + kCluster - 1) / kCluster;
-  const int64_t units = static_cast<int64_t>(row_units) * (g.n / out_cols(kEpilogue));
-  const ClusterLaunch<kEpilogue> launch(static_cast<int>(std::min<int64_t>(units, resident)), stream);
-  return cuda_status(cudaLaunchKernelEx(&launch.config, gemm_sm90_kernel<kEpilogue>, g, x_map, w_map),
-                     "gemm_sm90_kernel");
+  const int64_t tiles = static_cast<int64_t>((g.m + kTileRows - 1) / kTileRows) * (g.n / out_cols(kEpilogue));
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, multiprocessors));
+  gemm_sm90_kernel<kEpilogue><<<grid, kThreads, kSmemBytes, stream>>>(g, x_map, w_map);
+  return cuda_status(cudaGetLastError(), "gemm_sm90_kernel");
 }
 
 }  // namespace
@@ -324,17 +260,18 @@ Status launch_gemm_sm90(const __nv_bfloat16* x, int m, const __nv_bfloat16* w, i
   if (!gemm_sm90_supports(x, m, w, n, k, y, epilogue))
     return invalid_argument("gemm_sm90: needs compute capability 9.0, k a multiple of 64, n of " +
                             std::to_string(out_cols(epilogue)) + ", 16-byte aligned operands");
+  const int multiprocessors = hopper_multiprocessors();
   const int w_rows = epilogue == Sm90Epilogue::kSiluGate ? 2 * n : n;
   HIQ_ASSIGN_OR_RETURN(const CUtensorMap x_map, matrix_map(x, m, k));
   HIQ_ASSIGN_OR_RETURN(const CUtensorMap w_map, matrix_map(w, w_rows, k));
   const GemmArgs g{y, m, n, k};
   switch (epilogue) {
     case Sm90Epilogue::kStore:
-      return launch<Sm90Epilogue::kStore>(g, x_map, w_map, stream);
+      return launch<Sm90Epilogue::kStore>(g, x_map, w_map, multiprocessors, stream);
     case Sm90Epilogue::kAddToY:
-      return launch<Sm90Epilogue::kAddToY>(g, x_map, w_map, stream);
+      return launch<Sm90Epilogue::kAddToY>(g, x_map, w_map, multiprocessors, stream);
     case Sm90Epilogue::kSiluGate:
-      return launch<Sm90Epilogue::kSiluGate>(g, x_map, w_map, stream);
+      return launch<Sm90Epilogue::kSiluGate>(g, x_map, w_map, multiprocessors, stream);
   }
   return invalid_argument("gemm_sm90: unknown epilogue");
 }

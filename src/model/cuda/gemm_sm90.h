@@ -18,17 +18,13 @@
 // For the same x and w the three give the same products: the epilogue forms
 // are the bits of kStore followed by the separate kernel.
 //
-// Design. A persistent grid walks the output tiles of 128 rows × 256
-// product columns (for kSiluGate 128 gate and the same 128 up columns, one
-// tile of 128 outputs), grouped 16 row tiles at a time so that the blocks
-// running together share their operands in L2. Blocks run in clusters of
-// two that take two row tiles of one column tile, as cuBLAS's kernels for
-// these shapes do: each block loads its own 128 rows of x and half of w's
-// 256 rows into both blocks (the copy engine's multicast), so w crosses L2
-// once for two tiles. A block's first warpgroup is the producer: one thread
-// moves the 64-wide slices of k into a four-stage ring with the bulk tensor
-// copy engine (128-byte swizzled; an mbarrier each way per stage, a stage
-// freed only when both blocks' consumers are done with it), running ahead
+// Design. A persistent grid, a block per multiprocessor, walks the output
+// tiles of 128 rows × 256 product columns (for kSiluGate 128 gate and the
+// same 128 up columns, one tile of 128 outputs), grouped 16 row tiles at a
+// time so that the blocks running together share their operands in L2. A
+// block's first warpgroup is the producer: one thread moves x's and w's
+// 64-wide slices of k into a four-stage ring with the bulk tensor copy
+// engine (128-byte swizzled; an mbarrier each way per stage), running ahead
 // into the next tile while the other two warpgroups — each 64 rows of the
 // tile — multiply (m64n256k16, both operands from shared memory, FP32
 // accumulators in registers), then apply the epilogue and store.

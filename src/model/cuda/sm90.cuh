@@ -84,36 +84,6 @@ __device__ __forceinline__ void bulk_copy_2d(uint32_t dst, const CUtensorMap& ma
       "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
-// The same box into the same shared-memory offset of every block of the
-// cluster in `blocks` (a bit a block), each block's barrier at `bar`'s offset
-// counting the bytes that reach it.
-__device__ __forceinline__ void bulk_copy_2d_multicast(uint32_t dst, const CUtensorMap& map, int c0, int c1,
-                                                       uint32_t bar, uint16_t blocks) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(bar), "h"(blocks)
-      : "memory");
-}
-
-// This block's rank in its cluster.
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return rank;
-}
-// Every thread of every block of the cluster arrives, then waits for the
-// others (threads may arrive from divergent paths).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// Arrives on the barrier at `bar`'s offset in block `rank` of the cluster.
-__device__ __forceinline__ void mbarrier_arrive_in(uint32_t bar, uint32_t rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(bar), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
-}
-
 // The same for a 3-D tensor map.
 __device__ __forceinline__ void bulk_copy_3d(uint32_t dst, const CUtensorMap& map, int c0, int c1, int c2,
                                              uint32_t bar) {

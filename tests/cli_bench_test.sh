@@ -5,6 +5,7 @@
 # And `hiq bench serve`: a flag of one mode (in-process with --model, or
 # against a running server) typed in the other is refused by name. And
 # `hiq bench demotion` on the CPU: its JSON, and bad flags refused by name.
+# And `hiq bench gemm --prefill`: a bad list refused by name.
 #
 # Usage: HIQ=/path/to/hiq tests/cli_bench_test.sh
 set -euo pipefail
@@ -47,7 +48,21 @@ if grep -q '"devices": \[\]' <<<"$gpus"; then
   [[ $rc -eq 1 ]] || fail "without a GPU, hiq bench transfer exited $rc, expected 1"
   grep -qE "no usable CUDA device|no CUDA backend" "$TMP/err" || fail "unclear error without a GPU: $(cat "$TMP/err")"
   pass "without a GPU: $(cat "$TMP/err")"
+  rc=0
+  "$HIQ" bench gemm --prefill 2048 >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 1 ]] || fail "without a GPU, hiq bench gemm --prefill exited $rc, expected 1"
+  grep -qE "no usable CUDA device|no CUDA backend" "$TMP/err" || fail "unclear error without a GPU: $(cat "$TMP/err")"
+  pass "without a GPU, bench gemm --prefill: $(cat "$TMP/err")"
 fi
+
+# `hiq bench gemm --prefill` refuses a bad list by name before any GPU work.
+for bad in 0 2048,x 70000; do
+  rc=0
+  "$HIQ" bench gemm --prefill "$bad" >"$TMP/out" 2>"$TMP/err" || rc=$?
+  [[ $rc -eq 1 ]] || fail "hiq bench gemm --prefill $bad exited $rc, expected 1"
+  grep -qF -- "--prefill" "$TMP/err" || fail "hiq bench gemm --prefill $bad: stderr lacks '--prefill': $(cat "$TMP/err")"
+  pass "hiq bench gemm --prefill $bad → $(cat "$TMP/err")"
+done
 
 # `hiq bench serve` has two modes: against a running server (--host, --port,
 # --api-key) or against one it starts in-process (--model and the flags that

@@ -7,4 +7,9 @@ Result<GemmBenchReport> run_gemm_bench(const GemmBenchOptions&, const std::funct
   return unavailable("this build has no CUDA backend (configure with HIQ_CUDA=ON)");
 }
 
+Result<PrefillGemmBenchReport> run_prefill_gemm_bench(const GemmBenchOptions&,
+                                                      const std::function<void(size_t, size_t)>&) {
+  return unavailable("this build has no CUDA backend (configure with HIQ_CUDA=ON)");
+}
+
 }  // namespace hiq

@@ -7,6 +7,7 @@
 #include "model/cuda/gemm_sm90.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -227,14 +228,23 @@ Result<CUtensorMap> matrix_map(const void* matrix, int rows, int k) {
 }
 
 // The device's multiprocessors, if it is of compute capability 9.0; else 0.
+// Asked once per device (the model asks before each of a pass's products);
+// a failed query is not remembered.
 int hopper_multiprocessors() {
+  static std::atomic<int> known[64] = {};  // device d: its answer + 1; 0 while not asked
   int device = 0, major = 0, minor = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const bool cached = device >= 0 && device < 64;
+  if (cached) {
+    if (const int answer = known[device].load(std::memory_order_relaxed); answer > 0) return answer - 1;
+  }
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
     return 0;
-  return major == 9 && minor == 0 ? count : 0;
+  const int answer = major == 9 && minor == 0 ? count : 0;
+  if (cached) known[device].store(answer + 1, std::memory_order_relaxed);
+  return answer;
 }
 
 template <Sm90Epilogue kEpilogue>
